@@ -1,0 +1,74 @@
+package keycap
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrLimitExceeded matches the error Acquire returns when a limit has no
+	// free slot. Its details are in a *LimitError.
+	ErrLimitExceeded = errors.New("keycap: limit exceeded")
+
+	// ErrStoreUnavailable matches the error Acquire returns when the store
+	// failed for a limit that fails closed. Its details are in a *StoreError.
+	ErrStoreUnavailable = errors.New("keycap: store unavailable")
+
+	// ErrInvalidLimit matches every error about a limit that is wrong in
+	// itself (an *InvalidLimitError) or used wrongly (two limits on one pool
+	// in one Acquire, a zero Limit).
+	ErrInvalidLimit = errors.New("keycap: invalid limit")
+
+	// ErrClosed is returned by Acquire on a Limiter that was closed.
+	ErrClosed = errors.New("keycap: limiter closed")
+)
+
+// LimitError reports the limit that refused a slot, and how long Acquire
+// waited before it gave up. It matches ErrLimitExceeded.
+type LimitError struct {
+	Limit  Limit
+	Waited time.Duration
+}
+
+func (e *LimitError) Error() string {
+	if e.Waited > 0 {
+		return fmt.Sprintf("keycap: limit exceeded: %s, after waiting %s", e.Limit, e.Waited.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("keycap: limit exceeded: %s", e.Limit)
+}
+
+// Is makes errors.Is(err, ErrLimitExceeded) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
+
+// StoreError reports a store failure for a limit that fails closed. It
+// matches ErrStoreUnavailable and unwraps to the store's own error.
+type StoreError struct {
+	Limit Limit
+	Err   error
+}
+
+func (e *StoreError) Error() string {
+	return fmt.Sprintf("keycap: store unavailable for %s: %v", e.Limit, e.Err)
+}
+
+// Is makes errors.Is(err, ErrStoreUnavailable) true.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// InvalidLimitError names the field of a limit, or of a setting built on one,
+// whose value is not allowed. It matches ErrInvalidLimit.
+type InvalidLimitError struct {
+	Field  string // the field, as the caller named it: "max", "ttl", ...
+	Value  string // the value given, formatted
+	Reason string // what the value must be
+}
+
+func (e *InvalidLimitError) Error() string {
+	return fmt.Sprintf("keycap: invalid %s %s: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidLimit) true.
+func (e *InvalidLimitError) Is(target error) bool { return target == ErrInvalidLimit }

@@ -1,0 +1,156 @@
+package keycap_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// faultStore wraps a real store and can make it fail, block or lose leases,
+// and counts the calls that reach it.
+type faultStore struct {
+	keycap.Store
+	fail     atomic.Bool   // every call fails with errDown
+	block    atomic.Bool   // Acquire blocks until its context ends
+	lostPool atomic.Value  // keycap.PoolID whose renewals report Lost
+	acquires atomic.Int64  // Acquire calls
+	renews   atomic.Int64  // Renew calls
+	renewed  atomic.Int64  // leases in all Renew batches
+	batches  chan int      // sizes of Renew batches, if not nil
+	entered  chan struct{} // closed... signalled when a blocking Acquire starts
+}
+
+var errDown = errors.New("store is down (injected)")
+
+func newFaultStore() *faultStore {
+	return &faultStore{Store: memstore.New(), entered: make(chan struct{}, 100)}
+}
+
+func (f *faultStore) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	f.acquires.Add(1)
+	if f.block.Load() {
+		f.entered <- struct{}{}
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	if f.fail.Load() {
+		return false, errDown
+	}
+	return f.Store.Acquire(ctx, p, o, max, ttl)
+}
+
+func (f *faultStore) Release(ctx context.Context, p keycap.PoolID, o keycap.Owner) error {
+	if f.fail.Load() {
+		return errDown
+	}
+	return f.Store.Release(ctx, p, o)
+}
+
+func (f *faultStore) Renew(ctx context.Context, batch []keycap.Renewal) error {
+	f.renews.Add(1)
+	f.renewed.Add(int64(len(batch)))
+	if f.batches != nil {
+		f.batches <- len(batch)
+	}
+	if f.fail.Load() {
+		return errDown
+	}
+	if err := f.Store.Renew(ctx, batch); err != nil {
+		return err
+	}
+	if lp, ok := f.lostPool.Load().(keycap.PoolID); ok {
+		for i := range batch {
+			if batch[i].Pool == lp {
+				batch[i].Lost = true
+			}
+		}
+	}
+	return nil
+}
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []keycap.Event
+}
+
+func (r *recorder) Observe(e keycap.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) count(k keycap.EventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) last(k keycap.EventKind) (keycap.Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if r.events[i].Kind == k {
+			return r.events[i], true
+		}
+	}
+	return keycap.Event{}, false
+}
+
+func newLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) (*keycap.Limiter, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	l, err := keycap.NewLimiter(s, append([]keycap.Option{keycap.WithObserver(rec)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, rec
+}
+
+func limit(t *testing.T, name, key string, max int, opts ...keycap.LimitOption) keycap.Limit {
+	t.Helper()
+	l, err := keycap.NewLimit(name, key, max, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func acquire(t *testing.T, l *keycap.Limiter, limits ...keycap.Limit) *keycap.Lease {
+	t.Helper()
+	ls, err := l.Acquire(context.Background(), limits...)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return ls
+}
+
+func refused(t *testing.T, l *keycap.Limiter, want keycap.Limit, limits ...keycap.Limit) *keycap.LimitError {
+	t.Helper()
+	_, err := l.Acquire(context.Background(), limits...)
+	var le *keycap.LimitError
+	if !errors.Is(err, keycap.ErrLimitExceeded) || !errors.As(err, &le) {
+		t.Fatalf("Acquire = %v, want a *LimitError", err)
+	}
+	if le.Limit.Pool() != want.Pool() {
+		t.Fatalf("refused by %s key %q, want %s key %q", le.Limit, le.Limit.Key(), want, want.Key())
+	}
+	return le
+}

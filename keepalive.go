@@ -1,0 +1,223 @@
+package keycap
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// keeper renews a Limiter's held leases: one goroutine for all of them, which
+// wakes when the earliest slot is due (at a third of its TTL) and renews every
+// slot due by then in one Store.Renew batch.
+type keeper struct {
+	l      *Limiter
+	shards [keeperShards]keeperShard
+	wake   chan struct{}
+	next   atomic.Int64 // when the loop will next look, on the Limiter's clock
+
+	mu      sync.Mutex
+	running bool
+	stopped bool
+	stop    chan struct{}
+	done    chan struct{}
+
+	work  []renewRef // reused by the loop
+	batch []Renewal
+}
+
+// keeperShards spreads the set of held leases over several locks, so that
+// concurrent acquires and releases seldom meet.
+const keeperShards = 32
+
+type keeperShard struct {
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	_      [64 - 16]byte // keep shards on separate cache lines
+}
+
+type renewRef struct {
+	ls *Lease
+	i  int // index of the slot in ls.slots
+}
+
+func (k *keeper) init(l *Limiter) {
+	k.l = l
+	k.wake = make(chan struct{}, 1)
+	k.stop = make(chan struct{})
+	k.done = make(chan struct{})
+	k.next.Store(math.MaxInt64)
+	for i := range k.shards {
+		k.shards[i].leases = make(map[*Lease]struct{})
+	}
+}
+
+func (k *keeper) shard(ls *Lease) *keeperShard {
+	return &k.shards[ls.owner[0]%keeperShards]
+}
+
+// add starts renewing ls.
+func (k *keeper) add(ls *Lease) {
+	earliest := time.Duration(math.MaxInt64)
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held {
+			earliest = min(earliest, s.renewAt)
+		}
+	}
+	if earliest == math.MaxInt64 {
+		return // nothing to renew: every limit failed open
+	}
+	sh := k.shard(ls)
+	sh.mu.Lock()
+	sh.leases[ls] = struct{}{}
+	sh.mu.Unlock()
+	k.ensureRunning()
+	if int64(earliest) < k.next.Load() {
+		select {
+		case k.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// remove stops renewing ls.
+func (k *keeper) remove(ls *Lease) {
+	sh := k.shard(ls)
+	sh.mu.Lock()
+	delete(sh.leases, ls)
+	sh.mu.Unlock()
+}
+
+func (k *keeper) ensureRunning() {
+	k.mu.Lock()
+	if !k.running && !k.stopped {
+		k.running = true
+		go k.run()
+	}
+	k.mu.Unlock()
+}
+
+func (k *keeper) close() {
+	k.mu.Lock()
+	k.stopped = true
+	running := k.running
+	k.mu.Unlock()
+	if running {
+		close(k.stop)
+		<-k.done
+	}
+}
+
+func (k *keeper) run() {
+	defer close(k.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// Until the scan below is over, any lease added must wake the loop.
+		k.next.Store(math.MaxInt64)
+		next := k.collect(k.l.now())
+		if len(k.work) > 0 {
+			k.renew()
+			select {
+			case <-k.stop:
+				return
+			default:
+				continue // look again: renewed slots are due later now
+			}
+		}
+		k.next.Store(int64(next))
+		if next != math.MaxInt64 {
+			timer.Reset(max(next-k.l.now(), 0))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-k.stop:
+			return
+		case <-k.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// collect gathers in k.work every slot due for renewal at now, or within a
+// quarter of its renewal interval (so that slots due close together share a
+// round trip), and returns when the next of the others is due.
+func (k *keeper) collect(now time.Duration) time.Duration {
+	k.work = k.work[:0]
+	next := time.Duration(math.MaxInt64)
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		for ls := range sh.leases {
+			ls.mu.Lock()
+			for j := range ls.slots {
+				s := &ls.slots[j]
+				switch {
+				case !s.held || s.lost || ls.released:
+				case s.renewAt-s.limit.ttl/12 <= now:
+					k.work = append(k.work, renewRef{ls, j})
+				default:
+					next = min(next, s.renewAt)
+				}
+			}
+			ls.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	return next
+}
+
+// renew renews the slots in k.work in one batch and records the outcome.
+func (k *keeper) renew() {
+	l := k.l
+	k.batch = k.batch[:0]
+	for _, w := range k.work {
+		s := &w.ls.slots[w.i]
+		k.batch = append(k.batch, Renewal{Pool: s.limit.pool, Owner: w.ls.owner, TTL: s.limit.ttl})
+	}
+	before := l.now()
+	err := l.store.Renew(context.Background(), k.batch)
+	after := l.now()
+
+	var failure error
+	var lost []Event
+	for i, w := range k.work {
+		ls, s, r := w.ls, &w.ls.slots[w.i], &k.batch[i]
+		rerr := err
+		if rerr == nil {
+			rerr = r.Err
+		}
+		ls.mu.Lock()
+		switch {
+		case ls.released:
+		case rerr != nil:
+			if failure == nil {
+				failure = rerr
+				l.storeFailed(s.limit, rerr)
+			}
+			if after >= s.deadline {
+				// Not renewed in time: the store has let it go by now.
+				ls.markLost(s)
+				lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
+			} else {
+				s.renewAt = after + max(s.limit.ttl/6, time.Millisecond)
+			}
+		case r.Lost:
+			ls.markLost(s)
+			lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
+		default:
+			s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
+		}
+		ls.mu.Unlock()
+	}
+	if failure == nil {
+		l.storeAnswered()
+	}
+	for _, e := range lost {
+		l.emit(e)
+	}
+	clear(k.work) // drop references to leases
+	clear(k.batch)
+}

@@ -1,0 +1,133 @@
+package keycap
+
+import (
+	"sync"
+	"time"
+)
+
+// Lease is a set of slots granted by one Acquire. The Limiter renews it in the
+// background while it is held; Release frees it.
+type Lease struct {
+	l        *Limiter
+	owner    Owner
+	acquired time.Duration // on the Limiter's clock
+	slots    []slot
+	one      [1]slot // backing for the common single-limit lease
+
+	mu       sync.Mutex // guards the fields below and each slot's renewal state
+	released bool
+	lost     bool
+	lostCh   chan struct{}
+}
+
+type slot struct {
+	limit    Limit
+	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
+	lost     bool          // found gone on renewal
+	renewAt  time.Duration // next renewal, on the Limiter's clock
+	deadline time.Duration // when the slot expires in the store unless renewed
+}
+
+func newLease(l *Limiter, limits []Limit, now time.Duration) *Lease {
+	ls := &Lease{l: l, owner: NewOwner(), acquired: now}
+	if len(limits) == 1 {
+		ls.slots = ls.one[:]
+	} else {
+		ls.slots = make([]slot, len(limits))
+	}
+	for i, lim := range limits {
+		ls.slots[i] = slot{limit: lim, renewAt: now + lim.ttl/3, deadline: now + lim.ttl}
+	}
+	return ls
+}
+
+// Limits returns the limits the lease was acquired for.
+func (ls *Lease) Limits() []Limit {
+	out := make([]Limit, len(ls.slots))
+	for i := range ls.slots {
+		out[i] = ls.slots[i].limit
+	}
+	return out
+}
+
+// Guarded reports whether the lease holds a slot for every one of its limits.
+// It is false when a limit failing open was skipped because the store failed.
+func (ls *Lease) Guarded() bool {
+	for i := range ls.slots {
+		if !ls.slots[i].held {
+			return false
+		}
+	}
+	return true
+}
+
+// closedCh is returned by Lost for leases lost before anyone asked.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Lost returns a channel that is closed when one of the lease's slots is found
+// gone on renewal: it expired in the store, so the pool may now admit another
+// holder. A lease that is never lost never closes it, Release included.
+func (ls *Lease) Lost() <-chan struct{} {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.lostCh == nil {
+		if ls.lost {
+			return closedCh
+		}
+		ls.lostCh = make(chan struct{})
+	}
+	return ls.lostCh
+}
+
+// markLost records that slot s was found gone. The caller holds ls.mu.
+func (ls *Lease) markLost(s *slot) {
+	s.lost = true
+	if !ls.lost {
+		ls.lost = true
+		if ls.lostCh != nil {
+			close(ls.lostCh)
+		}
+	}
+}
+
+// Release frees the lease's slots and reports SlotReleased for each. It is
+// idempotent, safe to call from any goroutine, and safe after the lease was
+// lost: it frees nothing that another holder took since. A store failure
+// during Release is reported to the observer; the slot then frees itself when
+// its TTL runs out.
+func (ls *Lease) Release() {
+	ls.release(-1)
+}
+
+// release frees every held slot and reports SlotReleased for the first
+// reported held slots (all when reported < 0).
+func (ls *Lease) release(reported int) {
+	ls.mu.Lock()
+	if ls.released {
+		ls.mu.Unlock()
+		return
+	}
+	ls.released = true
+	ls.mu.Unlock()
+
+	l := ls.l
+	l.keeper.remove(ls)
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held {
+			l.releaseSlot(ls.owner, s)
+		}
+	}
+	if l.observer == nil {
+		return
+	}
+	held := l.now() - ls.acquired
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held {
+			if reported == 0 {
+				break
+			}
+			reported--
+			l.observer.Observe(Event{Kind: SlotReleased, Limit: s.limit, Held: held})
+		}
+	}
+}

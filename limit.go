@@ -1,0 +1,141 @@
+package keycap
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultTTL is the lease TTL of a Limit built without WithTTL.
+const DefaultTTL = 30 * time.Second
+
+// MinTTL is the shortest TTL a Limit accepts.
+const MinTTL = time.Millisecond
+
+// FailMode says what Acquire does when the store cannot answer for a limit.
+type FailMode uint8
+
+const (
+	// FailDefault defers to the Limiter's default (WithDefaultFailMode), which
+	// is FailOpen unless set.
+	FailDefault FailMode = iota
+	// FailOpen lets the caller run without a slot for this limit.
+	FailOpen
+	// FailClosed refuses: Acquire returns an error that matches
+	// ErrStoreUnavailable.
+	FailClosed
+)
+
+// String returns "default", "open" or "closed".
+func (m FailMode) String() string {
+	switch m {
+	case FailDefault:
+		return "default"
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("FailMode(%d)", uint8(m))
+}
+
+// Limit caps one pool: at most Max leases at once for the pair (Name, Key).
+//
+// A Limit is an immutable value built by NewLimit, which checks every field.
+// The zero Limit is invalid, and Acquire refuses it.
+type Limit struct {
+	name string
+	key  string
+	max  int
+	ttl  time.Duration
+	wait time.Duration
+	fail FailMode
+	pool PoolID
+}
+
+// A LimitOption sets an optional field of a Limit.
+type LimitOption func(*Limit)
+
+// WithTTL sets how long a lease lives when its holder stops renewing it (a
+// crashed process, a lost network). Holders renew at about a third of it, so a
+// TTL can be short. Default DefaultTTL; at least MinTTL.
+func WithTTL(ttl time.Duration) LimitOption { return func(l *Limit) { l.ttl = ttl } }
+
+// WithWait lets Acquire wait up to d for a slot of this limit before it
+// refuses. A waiter holds no slot and reserves nothing. Default 0: refuse at
+// once. Not negative.
+func WithWait(d time.Duration) LimitOption { return func(l *Limit) { l.wait = d } }
+
+// WithFailMode sets what happens when the store cannot answer for this limit.
+// Default FailDefault, which defers to the Limiter.
+func WithFailMode(m FailMode) LimitOption { return func(l *Limit) { l.fail = m } }
+
+// NewLimit returns a limit of max concurrent leases for key in the pool family
+// name. name must not be empty; key may be any bytes, the empty string
+// included. max may be 0, which refuses every Acquire at once. An invalid
+// value returns an *InvalidLimitError naming the field.
+func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
+	l := Limit{name: name, key: key, max: max, ttl: DefaultTTL}
+	for _, o := range opts {
+		o(&l)
+	}
+	if err := l.validate(); err != nil {
+		return Limit{}, err
+	}
+	l.pool = NewPoolID(name, key)
+	return l, nil
+}
+
+// MustLimit is like NewLimit but panics on an invalid limit. It suits limits
+// built from constants.
+func MustLimit(name, key string, max int, opts ...LimitOption) Limit {
+	l, err := NewLimit(name, key, max, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func (l *Limit) validate() error {
+	switch {
+	case l.name == "":
+		return &InvalidLimitError{Field: "name", Value: `""`, Reason: "must not be empty"}
+	case l.max < 0:
+		return &InvalidLimitError{Field: "max", Value: fmt.Sprint(l.max), Reason: "must be at least 0"}
+	case l.ttl < MinTTL:
+		return &InvalidLimitError{Field: "ttl", Value: l.ttl.String(), Reason: "must be at least " + MinTTL.String()}
+	case l.wait < 0:
+		return &InvalidLimitError{Field: "wait", Value: l.wait.String(), Reason: "must be at least 0"}
+	case l.fail > FailClosed:
+		return &InvalidLimitError{Field: "fail mode", Value: l.fail.String(), Reason: "must be FailDefault, FailOpen or FailClosed"}
+	}
+	return nil
+}
+
+// valid reports whether l was built by NewLimit.
+func (l Limit) valid() bool { return l.name != "" }
+
+// Name returns the limit's name: the family of pools it belongs to.
+func (l Limit) Name() string { return l.name }
+
+// Key returns the key the limit counts against, as given.
+func (l Limit) Key() string { return l.key }
+
+// Max returns the number of leases the pool may hold at once.
+func (l Limit) Max() int { return l.max }
+
+// TTL returns how long a lease lives without renewal.
+func (l Limit) TTL() time.Duration { return l.ttl }
+
+// Wait returns how long Acquire may wait for a slot of this limit.
+func (l Limit) Wait() time.Duration { return l.wait }
+
+// FailMode returns the limit's own fail mode, FailDefault when it has none.
+func (l Limit) FailMode() FailMode { return l.fail }
+
+// Pool returns the identity of the pool (Name, Key) as stores see it.
+func (l Limit) Pool() PoolID { return l.pool }
+
+// String describes the limit without its key, which may be long or private.
+func (l Limit) String() string {
+	return fmt.Sprintf("%s (max %d)", l.name, l.max)
+}

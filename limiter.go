@@ -1,0 +1,299 @@
+package keycap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter hands out leases on the pools of one Store. It is safe for
+// concurrent use; make one per process and share it.
+//
+// A Limiter keeps its held leases alive with one renewal loop, started with
+// the first lease and stopped by Close.
+type Limiter struct {
+	store    Store
+	observer Observer
+	failMode FailMode
+	base     time.Time            // origin of the monotonic clock (now)
+	poll     func() time.Duration // interval between a waiter's polls
+
+	outage  atomic.Bool
+	closed  atomic.Bool
+	keeper  keeper
+	waiters waiters
+}
+
+// An Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithObserver sends the Limiter's events to o. Combine several with
+// Observers.
+func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
+
+// WithDefaultFailMode sets the fail mode of limits that have none
+// (FailDefault). The default is FailOpen: keycap is a fairness tool, and a
+// store outage should not take the service down with it.
+func WithDefaultFailMode(m FailMode) Option { return func(l *Limiter) { l.failMode = m } }
+
+// NewLimiter returns a Limiter over store. A nil store is an error.
+func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("keycap: NewLimiter: store is nil")
+	}
+	l := &Limiter{store: store, failMode: FailOpen, base: time.Now(), poll: pollInterval}
+	for _, o := range opts {
+		o(l)
+	}
+	switch l.failMode {
+	case FailOpen, FailClosed:
+	default:
+		return nil, &InvalidLimitError{Field: "default fail mode", Value: l.failMode.String(), Reason: "must be FailOpen or FailClosed"}
+	}
+	l.keeper.init(l)
+	l.waiters.init()
+	return l, nil
+}
+
+// Store returns the store the Limiter hands out leases from.
+func (l *Limiter) Store() Store { return l.store }
+
+// Close stops the renewal loop. Leases still held stay valid until their TTL
+// runs out and can still be released; Acquire returns ErrClosed. Close is
+// idempotent.
+func (l *Limiter) Close() error {
+	if l.closed.CompareAndSwap(false, true) {
+		l.keeper.close()
+	}
+	return nil
+}
+
+// now reads the monotonic clock.
+func (l *Limiter) now() time.Duration { return time.Since(l.base) }
+
+// Acquire takes one slot of every limit, or none: when a limit refuses, the
+// slots already taken are released before Acquire returns. The lease it
+// returns must be released (Lease.Release), typically with defer.
+//
+// Errors:
+//   - errors.Is(err, ErrLimitExceeded): a limit had no free slot, in time;
+//     errors.As gives the *LimitError that names it. A limit of max 0 refuses
+//     at once, without a store call.
+//   - errors.Is(err, ErrStoreUnavailable): the store failed for a limit that
+//     fails closed (*StoreError). A limit that fails open is skipped instead:
+//     the lease holds no slot for it.
+//   - the context's error, when ctx ends first. It is never reported as a
+//     store failure.
+//   - errors.Is(err, ErrInvalidLimit): a zero Limit, or two limits on the
+//     same pool.
+//   - ErrClosed after Close.
+//
+// Waiting: Acquire waits for a slot only when every limit allows a wait
+// (WithWait), for the smallest of those waits. A waiter is woken as soon as a
+// slot of its pools is released through this Limiter, and otherwise polls
+// every 100 ms ± 50 %. Acquire with no limits returns an empty lease.
+func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	wait, err := check(limits)
+	if err != nil {
+		return nil, err
+	}
+	for _, lim := range limits {
+		if lim.max == 0 {
+			l.emit(Event{Kind: LimitExceeded, Limit: lim})
+			return nil, &LimitError{Limit: lim}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	start := l.now()
+	ls := newLease(l, limits, start)
+	var w *waiter
+	if wait > 0 {
+		// Registered before the first try, so that a release between a
+		// refusal and the sleep is not missed.
+		w = l.waiters.add(limits)
+		defer l.waiters.remove(w)
+	}
+	var timer *time.Timer
+	for {
+		refused, err := l.try(ctx, ls)
+		if err != nil {
+			return nil, err
+		}
+		waited := l.now() - start
+		if refused == nil {
+			l.admit(ls, waited)
+			return ls, nil
+		}
+		if waited >= wait {
+			l.emit(Event{Kind: LimitExceeded, Limit: *refused, Waited: waited})
+			return nil, &LimitError{Limit: *refused, Waited: waited}
+		}
+		d := min(l.poll(), wait-waited)
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-w.ch:
+		case <-timer.C:
+		}
+	}
+}
+
+// pollInterval is 100 ms ± 50 %: the randomness keeps waiters from polling
+// in step.
+func pollInterval() time.Duration {
+	return 50*time.Millisecond + rand.N(100*time.Millisecond)
+}
+
+// check validates a set of limits for one Acquire and returns its wait.
+func check(limits []Limit) (time.Duration, error) {
+	wait := time.Duration(-1)
+	for i, lim := range limits {
+		if !lim.valid() {
+			return 0, fmt.Errorf("%w: limit %d of %d is the zero Limit (build limits with NewLimit)", ErrInvalidLimit, i+1, len(limits))
+		}
+		for _, prev := range limits[:i] {
+			if prev.pool == lim.pool {
+				return 0, fmt.Errorf("%w: two limits on pool %q with key %q in one Acquire", ErrInvalidLimit, lim.name, lim.key)
+			}
+		}
+		if wait < 0 || lim.wait < wait {
+			wait = lim.wait
+		}
+	}
+	return max(wait, 0), nil
+}
+
+// try attempts every slot of ls once. It returns the limit that refused, or
+// nil when every slot is held or skipped by a failing-open store. On refusal
+// and on error, the slots taken are released.
+func (l *Limiter) try(ctx context.Context, ls *Lease) (*Limit, error) {
+	for i := range ls.slots {
+		s := &ls.slots[i]
+		before := l.now()
+		ok, err := l.store.Acquire(ctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				// The store may have granted the slot before the context
+				// ended; free it rather than wait for its TTL.
+				s.held = true
+				l.undo(ls)
+				return nil, ctxErr
+			}
+			l.storeFailed(s.limit, err)
+			if l.failModeOf(s.limit) == FailClosed {
+				l.undo(ls)
+				return nil, &StoreError{Limit: s.limit, Err: err}
+			}
+			s.held = false // runs unguarded for this limit
+			continue
+		}
+		l.storeAnswered()
+		if !ok {
+			l.undo(ls)
+			return &s.limit, nil
+		}
+		s.held = true
+		s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
+	}
+	return nil, nil
+}
+
+// undo releases the slots ls took in a try that did not complete.
+func (l *Limiter) undo(ls *Lease) {
+	for i := range ls.slots {
+		s := &ls.slots[i]
+		if s.held {
+			l.releaseSlot(ls.owner, s)
+			s.held = false
+		}
+	}
+}
+
+// releaseSlot frees one slot in the store and wakes a local waiter.
+func (l *Limiter) releaseSlot(owner Owner, s *slot) {
+	if err := l.store.Release(context.Background(), s.limit.pool, owner); err != nil {
+		// The slot frees itself when its TTL runs out.
+		l.storeFailed(s.limit, err)
+	} else {
+		l.storeAnswered()
+	}
+	l.waiters.wake(s.limit.pool)
+}
+
+func (l *Limiter) failModeOf(lim Limit) FailMode {
+	if lim.fail != FailDefault {
+		return lim.fail
+	}
+	return l.failMode
+}
+
+// admit hands a fully acquired lease to its holder: it starts renewing it and
+// reports SlotAcquired for each slot. If an observer panics, every slot is
+// released, SlotReleased is reported for each SlotAcquired already reported,
+// and the panic goes on.
+func (l *Limiter) admit(ls *Lease, waited time.Duration) {
+	l.keeper.add(ls)
+	if l.observer == nil {
+		return
+	}
+	reported := 0
+	defer func() {
+		if r := recover(); r != nil {
+			ls.release(reported)
+			panic(r)
+		}
+	}()
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held {
+			l.observer.Observe(Event{Kind: SlotAcquired, Limit: s.limit, Waited: waited})
+			reported++
+		}
+	}
+}
+
+func (l *Limiter) emit(e Event) {
+	if l.observer != nil {
+		l.observer.Observe(e)
+	}
+}
+
+// storeFailed reports the first failure of an outage.
+func (l *Limiter) storeFailed(lim Limit, err error) {
+	if l.outage.CompareAndSwap(false, true) {
+		l.emit(Event{Kind: StoreFailed, Limit: lim, Err: err})
+	}
+}
+
+// storeAnswered ends an outage, if one is under way.
+func (l *Limiter) storeAnswered() {
+	if l.outage.Load() && l.outage.CompareAndSwap(true, false) {
+		l.emit(Event{Kind: StoreRecovered})
+	}
+}
+
+// Do runs fn while holding one slot of every limit, and releases them when fn
+// returns or panics. It returns Acquire's error without running fn, or fn's
+// error.
+func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits ...Limit) error {
+	ls, err := l.Acquire(ctx, limits...)
+	if err != nil {
+		return err
+	}
+	defer ls.Release()
+	return fn(ctx)
+}

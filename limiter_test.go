@@ -1,0 +1,489 @@
+package keycap_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+func TestNewLimitNamesTheInvalidField(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		lname string
+		max   int
+		opts  []keycap.LimitOption
+		field string
+	}{
+		{"empty name", "", 1, nil, "name"},
+		{"negative max", "n", -1, nil, "max"},
+		{"ttl below 1ms", "n", 1, []keycap.LimitOption{keycap.WithTTL(999 * time.Microsecond)}, "ttl"},
+		{"zero ttl", "n", 1, []keycap.LimitOption{keycap.WithTTL(0)}, "ttl"},
+		{"negative wait", "n", 1, []keycap.LimitOption{keycap.WithWait(-time.Second)}, "wait"},
+		{"unknown fail mode", "n", 1, []keycap.LimitOption{keycap.WithFailMode(7)}, "fail mode"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := keycap.NewLimit(tc.lname, "k", tc.max, tc.opts...)
+			var ie *keycap.InvalidLimitError
+			if !errors.Is(err, keycap.ErrInvalidLimit) || !errors.As(err, &ie) {
+				t.Fatalf("NewLimit = %v, want an *InvalidLimitError", err)
+			}
+			if ie.Field != tc.field {
+				t.Fatalf("error names field %q, want %q (%v)", ie.Field, tc.field, err)
+			}
+		})
+	}
+	l, err := keycap.NewLimit("n", "", 0, keycap.WithTTL(time.Millisecond), keycap.WithWait(0))
+	if err != nil {
+		t.Fatalf("valid limit refused: %v", err)
+	}
+	if l.TTL() != time.Millisecond || l.Max() != 0 || l.Key() != "" {
+		t.Fatalf("limit fields not kept: %+v", l)
+	}
+	if d := keycap.MustLimit("n", "k", 1).TTL(); d != keycap.DefaultTTL {
+		t.Fatalf("default TTL = %s, want %s", d, keycap.DefaultTTL)
+	}
+}
+
+func TestMaxZeroRefusesWithoutStoreCall(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, rec := newLimiter(t, fs)
+	zero := limit(t, "z", "k", 0, keycap.WithWait(time.Hour))
+	other := limit(t, "o", "k", 5, keycap.WithWait(time.Hour))
+	start := time.Now()
+	le := refused(t, l, zero, other, zero)
+	if le.Waited != 0 || time.Since(start) > time.Second {
+		t.Fatalf("max 0 waited %s", le.Waited)
+	}
+	if n := fs.acquires.Load(); n != 0 {
+		t.Fatalf("%d store calls for a max-0 limit", n)
+	}
+	if rec.count(keycap.LimitExceeded) != 1 {
+		t.Fatalf("LimitExceeded reported %d times", rec.count(keycap.LimitExceeded))
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	t.Parallel()
+	l, rec := newLimiter(t, memstore.New())
+	user := limit(t, "exports", "user:1", 1)
+	team := limit(t, "exports", "team:1", 1)
+	held := acquire(t, l, team)
+	refused(t, l, team, user, team)
+	// The user's slot, taken before the team refused, was given back.
+	ls := acquire(t, l, user)
+	ls.Release()
+	held.Release()
+	ls = acquire(t, l, user, team)
+	if got := ls.Limits(); len(got) != 2 || !ls.Guarded() {
+		t.Fatalf("lease limits %v guarded %v", got, ls.Guarded())
+	}
+	ls.Release()
+	if a, r := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); a != r || a != 4 {
+		t.Fatalf("acquired %d, released %d events; want 4 and 4", a, r)
+	}
+}
+
+func TestProgrammingErrors(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New())
+	a := limit(t, "n", "k", 1)
+	b := limit(t, "n", "k", 2, keycap.WithTTL(time.Second)) // same pool, other settings
+	if _, err := l.Acquire(context.Background(), a, b); !errors.Is(err, keycap.ErrInvalidLimit) {
+		t.Fatalf("two limits on one pool: %v", err)
+	}
+	if _, err := l.Acquire(context.Background(), keycap.Limit{}); !errors.Is(err, keycap.ErrInvalidLimit) {
+		t.Fatalf("zero Limit: %v", err)
+	}
+	if _, err := keycap.NewLimiter(nil); err == nil {
+		t.Fatal("NewLimiter(nil) accepted")
+	}
+	if _, err := keycap.NewLimiter(memstore.New(), keycap.WithDefaultFailMode(keycap.FailDefault)); err == nil {
+		t.Fatal("default fail mode FailDefault accepted")
+	}
+	ls := acquire(t, l) // no limits: an empty lease
+	ls.Release()
+}
+
+func TestWaiterIsWokenByRelease(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New())
+	l.SetPollInterval(time.Hour) // only a wake-up can let the waiter in
+	lim := limit(t, "w", "k", 1, keycap.WithWait(time.Minute))
+	held := acquire(t, l, lim)
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), lim)
+		if err == nil {
+			ls.Release()
+		}
+		got <- err
+	}()
+	// Let the waiter register and be refused once; releasing before then is
+	// fine too (it then finds the slot free).
+	runtime.Gosched()
+	held.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the release")
+	}
+}
+
+func TestWaitersAreWokenOneByOne(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New())
+	l.SetPollInterval(time.Hour)
+	lim := limit(t, "w", "k", 1, keycap.WithWait(time.Minute))
+	held := acquire(t, l, lim)
+	const n = 5
+	done := make(chan struct{}, n)
+	for range n {
+		go func() {
+			ls, err := l.Acquire(context.Background(), lim)
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				done <- struct{}{}
+				return
+			}
+			ls.Release() // frees the slot for the next waiter
+			done <- struct{}{}
+		}()
+	}
+	held.Release()
+	for range n {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter was never woken")
+		}
+	}
+}
+
+func TestWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	l, rec := newLimiter(t, memstore.New())
+	l.SetPollInterval(20 * time.Millisecond)
+	lim := limit(t, "w", "k", 1, keycap.WithWait(150*time.Millisecond))
+	held := acquire(t, l, lim)
+	defer held.Release()
+	le := refused(t, l, lim, lim)
+	if le.Waited < 150*time.Millisecond {
+		t.Fatalf("gave up after %s, before the wait of 150ms", le.Waited)
+	}
+	if e, _ := rec.last(keycap.LimitExceeded); e.Waited != le.Waited {
+		t.Fatalf("event waited %s, error %s", e.Waited, le.Waited)
+	}
+}
+
+func TestWaitIsTheSmallestAmongLimits(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New())
+	l.SetPollInterval(10 * time.Millisecond)
+	long := limit(t, "long", "k", 1, keycap.WithWait(time.Hour))
+	short := limit(t, "short", "k", 5, keycap.WithWait(100*time.Millisecond))
+	none := limit(t, "none", "k", 5)
+	held := acquire(t, l, long)
+	defer held.Release()
+	if le := refused(t, l, long, long, short); le.Waited < 100*time.Millisecond || le.Waited > 30*time.Second {
+		t.Fatalf("waited %s, want about 100ms", le.Waited)
+	}
+	if le := refused(t, l, long, long, none); le.Waited != 0 && le.Waited > 50*time.Millisecond {
+		t.Fatalf("waited %s with a limit that allows no wait", le.Waited)
+	}
+}
+
+func TestCancelEndsWaitAndIsNoStoreFailure(t *testing.T) {
+	t.Parallel()
+	l, rec := newLimiter(t, memstore.New())
+	l.SetPollInterval(time.Hour)
+	lim := limit(t, "w", "k", 1, keycap.WithWait(time.Hour))
+	held := acquire(t, l, lim)
+	defer held.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { _, err := l.Acquire(ctx, lim); got <- err }()
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire = %v, want context.Canceled", err)
+	}
+	if rec.count(keycap.StoreFailed) != 0 {
+		t.Fatal("a cancelled context was reported as a store failure")
+	}
+}
+
+func TestCancelDuringStoreCall(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	fs.block.Store(true)
+	l, rec := newLimiter(t, fs, keycap.WithDefaultFailMode(keycap.FailClosed))
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { _, err := l.Acquire(ctx, limit(t, "c", "k", 1)); got <- err }()
+	<-fs.entered
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
+		t.Fatalf("Acquire = %v, want context.Canceled only", err)
+	}
+	if rec.count(keycap.StoreFailed) != 0 {
+		t.Fatal("a cancelled context was reported as a store failure")
+	}
+}
+
+func TestFailModes(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, rec := newLimiter(t, fs) // default: fail open
+	open := limit(t, "open", "k", 1)
+	closed := limit(t, "closed", "k", 1, keycap.WithFailMode(keycap.FailClosed))
+	fs.fail.Store(true)
+
+	for range 10 {
+		ls := acquire(t, l, open)
+		if ls.Guarded() {
+			t.Fatal("a lease taken while the store was down claims to be guarded")
+		}
+		ls.Release()
+	}
+	_, err := l.Acquire(context.Background(), open, closed)
+	var se *keycap.StoreError
+	if !errors.Is(err, keycap.ErrStoreUnavailable) || !errors.As(err, &se) || !errors.Is(err, errDown) {
+		t.Fatalf("fail-closed Acquire = %v, want a *StoreError wrapping the store's error", err)
+	}
+	if se.Limit.Pool() != closed.Pool() {
+		t.Fatalf("StoreError names %s", se.Limit)
+	}
+	if n := rec.count(keycap.StoreFailed); n != 1 {
+		t.Fatalf("StoreFailed reported %d times in one outage, want 1", n)
+	}
+	if n := rec.count(keycap.SlotAcquired) + rec.count(keycap.SlotReleased); n != 0 {
+		t.Fatalf("%d slot events for slots never taken", n)
+	}
+
+	fs.fail.Store(false)
+	acquire(t, l, closed).Release()
+	if n := rec.count(keycap.StoreRecovered); n != 1 {
+		t.Fatalf("StoreRecovered reported %d times, want 1", n)
+	}
+	fs.fail.Store(true)
+	acquire(t, l, open).Release()
+	if n := rec.count(keycap.StoreFailed); n != 2 {
+		t.Fatalf("second outage: StoreFailed reported %d times in all, want 2", n)
+	}
+}
+
+func TestDefaultFailModeClosed(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, _ := newLimiter(t, fs, keycap.WithDefaultFailMode(keycap.FailClosed))
+	fs.fail.Store(true)
+	if _, err := l.Acquire(context.Background(), limit(t, "d", "k", 1)); !errors.Is(err, keycap.ErrStoreUnavailable) {
+		t.Fatalf("Acquire = %v, want ErrStoreUnavailable", err)
+	}
+	// A limit's own mode wins over the default.
+	acquire(t, l, limit(t, "o", "k", 1, keycap.WithFailMode(keycap.FailOpen))).Release()
+}
+
+func TestKeepAliveBatchesRenewals(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	fs.batches = make(chan int, 1000)
+	l, _ := newLimiter(t, fs)
+	const n = 50
+	var leases []*keycap.Lease
+	for i := range n {
+		leases = append(leases, acquire(t, l, limit(t, "b", string(rune('a'+i)), 1, keycap.WithTTL(600*time.Millisecond))))
+	}
+	// Wait for the first renewal round: every lease was renewed, in few calls.
+	total, calls := 0, 0
+	for total < n {
+		select {
+		case size := <-fs.batches:
+			total += size
+			calls++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d leases renewed", total, n)
+		}
+	}
+	if calls > 5 {
+		t.Fatalf("%d leases renewed in %d Renew calls: not batched", n, calls)
+	}
+	for _, ls := range leases {
+		select {
+		case <-ls.Lost():
+			t.Fatal("lease lost")
+		default:
+		}
+		ls.Release()
+	}
+}
+
+func TestOneRenewalGoroutinePerLimiter(t *testing.T) {
+	l, _ := newLimiter(t, memstore.New())
+	acquire(t, l, limit(t, "g", "first", 1)).Release() // starts the loop
+	before := runtime.NumGoroutine()
+	var leases []*keycap.Lease
+	for i := range 1000 {
+		leases = append(leases, acquire(t, l, limit(t, "g", string(rune(i)), 1)))
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Fatalf("goroutines grew from %d to %d with 1000 leases", before, after)
+	}
+	for _, ls := range leases {
+		ls.Release()
+	}
+}
+
+func TestLeaseLostOnRenewal(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, rec := newLimiter(t, fs)
+	lim := limit(t, "lost", "k", 1, keycap.WithTTL(90*time.Millisecond))
+	fs.lostPool.Store(lim.Pool())
+	ls := acquire(t, l, lim)
+	select {
+	case <-ls.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost() not closed")
+	}
+	e, ok := rec.last(keycap.LeaseLost)
+	if !ok || e.Limit.Pool() != lim.Pool() {
+		t.Fatalf("LeaseLost event %v %+v", ok, e)
+	}
+	<-ls.Lost() // a second call returns a closed channel too
+	ls.Release()
+	if a, r := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); a != 1 || r != 1 {
+		t.Fatalf("acquired %d, released %d: unbalanced", a, r)
+	}
+}
+
+func TestLeaseLostWhenRenewalFailsPastTTL(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, rec := newLimiter(t, fs)
+	ls := acquire(t, l, limit(t, "lost", "k", 1, keycap.WithTTL(120*time.Millisecond)))
+	fs.fail.Store(true)
+	select {
+	case <-ls.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease not marked lost while the store could not renew it")
+	}
+	if rec.count(keycap.StoreFailed) != 1 {
+		t.Fatalf("StoreFailed reported %d times", rec.count(keycap.StoreFailed))
+	}
+	fs.fail.Store(false)
+	ls.Release()
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	t.Parallel()
+	l, rec := newLimiter(t, memstore.New())
+	lim := limit(t, "r", "k", 1)
+	ls := acquire(t, l, lim)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(ls.Release)
+	}
+	wg.Wait()
+	if n := rec.count(keycap.SlotReleased); n != 1 {
+		t.Fatalf("SlotReleased reported %d times", n)
+	}
+	if e, _ := rec.last(keycap.SlotReleased); e.Held <= 0 || e.Limit.Key() != "k" {
+		t.Fatalf("SlotReleased event %+v", e)
+	}
+	acquire(t, l, lim).Release()
+}
+
+func TestDoReleasesOnPanic(t *testing.T) {
+	t.Parallel()
+	l, rec := newLimiter(t, memstore.New())
+	lim := limit(t, "p", "k", 1)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		_ = l.Do(context.Background(), func(context.Context) error { panic("boom") }, lim)
+	}()
+	if a, r := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); a != 1 || r != 1 {
+		t.Fatalf("acquired %d, released %d after a panic", a, r)
+	}
+	want := errors.New("fn failed")
+	if err := l.Do(context.Background(), func(context.Context) error { return want }, lim); err != want {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+}
+
+func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	panicky := keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.SlotAcquired && e.Limit.Name() == "b" {
+			panic("observer")
+		}
+	})
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.Observers(rec, panicky)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, b := limit(t, "a", "k", 1), limit(t, "b", "k", 1)
+	func() {
+		defer func() {
+			if r := recover(); r != "observer" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		_, _ = l.Acquire(context.Background(), a, b)
+	}()
+	// a was reported acquired, then released; b's SlotAcquired panicked
+	// (rec saw it first), and both slots are free again.
+	if acq, rel := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); acq != 2 || rel != 1 {
+		t.Fatalf("acquired %d, released %d", acq, rel)
+	}
+	acquire(t, l, a).Release()
+	l2, _ := newLimiter(t, l.Store())
+	acquire(t, l2, b).Release()
+}
+
+func TestClose(t *testing.T) {
+	t.Parallel()
+	l, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := acquire(t, l, limit(t, "c", "k", 1))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	ls.Release() // still works
+	if _, err := l.Acquire(context.Background(), limit(t, "c", "k", 1)); !errors.Is(err, keycap.ErrClosed) {
+		t.Fatalf("Acquire after Close = %v", err)
+	}
+}
+
+func TestPoolIDs(t *testing.T) {
+	t.Parallel()
+	if keycap.NewPoolID("ab", "c") == keycap.NewPoolID("a", "bc") {
+		t.Fatal("name/key boundary is ambiguous")
+	}
+	if keycap.NewPoolID("a", "k") != keycap.MustLimit("a", "k", 1).Pool() {
+		t.Fatal("limit pool differs from NewPoolID")
+	}
+	if keycap.NewOwner() == keycap.NewOwner() {
+		t.Fatal("two owner tokens are equal")
+	}
+}

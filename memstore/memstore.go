@@ -1,0 +1,200 @@
+// Package memstore is keycap's in-process store: the default, with nothing to
+// install. Its pools live in this process's memory, so its caps hold within
+// one process only; use redisstore (or pgstore) when several processes must
+// share them.
+//
+// The store is split into 256 shards by pool, each with its own lock, so
+// goroutines working on different pools seldom contend. Leases expire by the
+// store's monotonic clock. Pools with no live lease are reclaimed as the shard
+// they live in is used, at most one sweep per shard per second, so memory
+// follows the pools in use, not every key ever seen.
+package memstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+const shards = 256
+
+// sweepEvery is how often, at most, a shard drops its idle pools.
+const sweepEvery = time.Second
+
+// Store is an in-process keycap.Store. The zero value is not usable; call New.
+type Store struct {
+	clock  func() time.Duration
+	shards [shards]shard
+}
+
+type shard struct {
+	mu        sync.Mutex
+	pools     map[keycap.PoolID]*pool
+	lastSweep time.Duration
+	_         [64 - 24]byte // keep shards on separate cache lines
+}
+
+// pool holds the live leases of one pool. Limits are small (1 to a few
+// dozen), so a slice scanned in full beats any index.
+type pool struct {
+	leases []lease
+}
+
+type lease struct {
+	owner   keycap.Owner
+	expires time.Duration
+}
+
+// An Option configures a Store.
+type Option func(*Store)
+
+// WithClock replaces the store's clock, a monotonic duration since an
+// arbitrary origin. It is meant for tests that move time by hand.
+func WithClock(now func() time.Duration) Option { return func(s *Store) { s.clock = now } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{}
+	base := time.Now()
+	s.clock = func() time.Duration { return time.Since(base) }
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].pools = make(map[keycap.PoolID]*pool)
+	}
+	return s
+}
+
+var _ keycap.Store = (*Store)(nil)
+
+func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[0]] }
+
+// Acquire implements keycap.Store. It never blocks and ignores ctx.
+func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	now := s.clock()
+	sh := s.shard(p)
+	sh.mu.Lock()
+	sh.maybeSweep(now)
+	pl := sh.pools[p]
+	if pl == nil {
+		pl = &pool{}
+		sh.pools[p] = pl
+	}
+	ok := pl.acquire(owner, max, now, now+ttl)
+	sh.mu.Unlock()
+	return ok, nil
+}
+
+// Release implements keycap.Store. It never blocks and ignores ctx.
+func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) error {
+	sh := s.shard(p)
+	sh.mu.Lock()
+	if pl := sh.pools[p]; pl != nil {
+		if i := pl.find(owner); i >= 0 {
+			pl.remove(i)
+		}
+	}
+	sh.mu.Unlock()
+	return nil
+}
+
+// Renew implements keycap.Store. It never blocks and ignores ctx.
+func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
+	now := s.clock()
+	for i := range batch {
+		r := &batch[i]
+		sh := s.shard(r.Pool)
+		sh.mu.Lock()
+		r.Lost = true
+		if pl := sh.pools[r.Pool]; pl != nil {
+			if j := pl.find(r.Owner); j >= 0 {
+				if pl.leases[j].expires > now {
+					pl.leases[j].expires = now + r.TTL
+					r.Lost = false
+				} else {
+					pl.remove(j)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Pools returns the number of pools the store keeps in memory, idle ones not
+// yet reclaimed included.
+func (s *Store) Pools() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.pools)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// acquire drops the expired leases, then grants owner a lease until expires
+// if it already holds one or the pool has room.
+func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration) bool {
+	live := pl.leases[:0]
+	held := -1
+	for _, l := range pl.leases {
+		if l.expires > now {
+			if l.owner == owner {
+				held = len(live)
+			}
+			live = append(live, l)
+		}
+	}
+	clear(pl.leases[len(live):])
+	pl.leases = live
+	switch {
+	case held >= 0:
+		pl.leases[held].expires = expires
+		return true
+	case len(live) < max:
+		pl.leases = append(pl.leases, lease{owner: owner, expires: expires})
+		return true
+	}
+	return false
+}
+
+func (pl *pool) find(owner keycap.Owner) int {
+	for i := range pl.leases {
+		if pl.leases[i].owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+func (pl *pool) remove(i int) {
+	last := len(pl.leases) - 1
+	pl.leases[i] = pl.leases[last]
+	pl.leases = pl.leases[:last]
+}
+
+// maybeSweep drops the shard's pools that hold no live lease, at most once per
+// sweepEvery. The caller holds sh.mu.
+func (sh *shard) maybeSweep(now time.Duration) {
+	if now-sh.lastSweep < sweepEvery {
+		return
+	}
+	sh.lastSweep = now
+	for id, pl := range sh.pools {
+		live := false
+		for _, l := range pl.leases {
+			if l.expires > now {
+				live = true
+				break
+			}
+		}
+		if !live {
+			delete(sh.pools, id)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package keycap
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+)
+
+// PoolID identifies a pool (a limit name and a key) to a store: 128 bits of
+// SHA-256 over the name and the key, byte for byte. Stores never see the key
+// in clear, any key fits any store's key limits, and, the hash being
+// cryptographic, nobody can craft a key that shares another key's pool.
+type PoolID [16]byte
+
+// NewPoolID returns the pool identity of (name, key). The name's length is
+// hashed before it, so ("ab", "c") and ("a", "bc") are different pools.
+func NewPoolID(name, key string) PoolID {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(name)))])
+	h.Write([]byte(name))
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	var id PoolID
+	copy(id[:], h.Sum(sum[:0]))
+	return id
+}
+
+// String returns the identity in lower-case hex.
+func (p PoolID) String() string { return hex.EncodeToString(p[:]) }
+
+// Owner is the random token that names one lease inside its pool. Release and
+// Renew must name it, so a holder whose lease expired cannot free or extend a
+// slot that someone else took since.
+type Owner [16]byte
+
+// NewOwner returns a fresh random owner token.
+func NewOwner() Owner {
+	var o Owner
+	binary.LittleEndian.PutUint64(o[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(o[8:], rand.Uint64())
+	return o
+}
+
+// String returns the token in lower-case hex.
+func (o Owner) String() string { return hex.EncodeToString(o[:]) }

@@ -1,0 +1,175 @@
+// Package redisstore keeps keycap's leases in Redis, so that caps hold across
+// every process that shares it. It works unchanged on a single Redis, Redis
+// Sentinel (a failover client) and Redis Cluster, through go-redis's
+// UniversalClient, on Redis 6.2 or later and on Valkey.
+//
+// Each pool is one key, a sorted set of owner token → expiry, and each
+// operation is one script (or command) on that one key: acquiring, refusing,
+// renewing and releasing cost one round trip each, whatever the limit's max.
+// Renewals of many leases are pipelined: one round trip per Redis node. The
+// scripts read Redis's TIME, so leases expire by the server's clock, never by
+// a client's. A key expires with its last lease: idle pools leave nothing
+// behind.
+//
+// Keys look like
+//
+//	<prefix>keycap:slots:{<32 hex digits>}
+//
+// where the digits are the pool's hash (keycap.PoolID) and the braces make
+// them a Redis Cluster hash tag, so any key added later for the same pool
+// lands in the same slot.
+//
+// Calls are bounded by the client's own timeouts (ReadTimeout, WriteTimeout,
+// PoolTimeout). Set ContextTimeoutEnabled on the client so that the deadline
+// of a caller's context also bounds its call.
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+)
+
+// Store is a keycap.Store on Redis.
+type Store struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+var _ keycap.Store = (*Store)(nil)
+
+// An Option configures a Store.
+type Option func(*Store) error
+
+// WithPrefix puts prefix before every key the store writes, to keep several
+// applications apart on one Redis. It must not contain '{' or '}', which would
+// break the keys' cluster hash tags.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("redisstore: invalid prefix %q: must not contain '{' or '}'", prefix)
+		}
+		s.prefix = prefix
+		return nil
+	}
+}
+
+// New returns a store that uses client, which may be a *redis.Client, a
+// failover client or a *redis.ClusterClient. It makes no call to Redis: a
+// Redis that is down at start-up is a store failure on first use, handled
+// by each limit's fail mode.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: client is nil")
+	}
+	s := &Store{client: client}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Key returns the Redis key of pool.
+func (s *Store) Key(pool keycap.PoolID) string {
+	return s.prefix + "keycap:slots:{" + pool.String() + "}"
+}
+
+// ms converts a TTL to whole milliseconds, rounding up so that a lease never
+// lives shorter than asked.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Acquire implements keycap.Store: one EVALSHA.
+func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	n, err := acquireScript.Run(ctx, s.client, []string{s.Key(pool)}, owner[:], max, ms(ttl)).Int()
+	if err != nil {
+		return false, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Release implements keycap.Store: one ZREM.
+func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+	if err := s.client.ZRem(ctx, s.Key(pool), owner[:]).Err(); err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	return nil
+}
+
+// Renew implements keycap.Store: one pipeline of EVALSHA, which go-redis
+// sends as one round trip per node. If Redis lost its script cache (a restart,
+// SCRIPT FLUSH), the script is loaded and the affected leases are tried once
+// more.
+func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
+	todo := make([]int, len(batch))
+	for i := range todo {
+		todo[i] = i
+	}
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, len(todo))
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j, i := range todo {
+				r := &batch[i]
+				cmds[j] = renewScript.EvalSha(ctx, p, []string{s.Key(r.Pool)}, r.Owner[:], ms(r.TTL))
+			}
+			return nil
+		})
+		var again []int
+		for j, i := range todo {
+			n, err := cmds[j].Int()
+			switch {
+			case err == nil:
+				batch[i].Lost, batch[i].Err = n != 1, nil
+			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
+				again = append(again, i)
+			default:
+				batch[i].Err = fmt.Errorf("redisstore: renew: %w", err)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		if err := s.loadScripts(ctx); err != nil {
+			for _, i := range again {
+				batch[i].Err = fmt.Errorf("redisstore: renew: loading script: %w", err)
+			}
+			break
+		}
+		todo = again
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loadScripts loads every script on every node (go-redis's ClusterClient
+// sends SCRIPT LOAD to each master).
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{acquireScript, renewScript} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/storetest"
+)
+
+func newStore(t testing.TB, c redis.UniversalClient, prefix string) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformanceRedis(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() keycap.Store {
+		prefix := testenv.Prefix(t, testenv.Redis(t))
+		// Each store has a client of its own: independent connections, as
+		// separate processes would have.
+		return func() keycap.Store { return newStore(t, testenv.Redis(t), prefix) }
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() keycap.Store {
+		prefix := testenv.Prefix(t, testenv.RedisCluster(t))
+		return func() keycap.Store { return newStore(t, testenv.RedisCluster(t), prefix) }
+	})
+}
+
+func TestNewRejectsBadPrefix(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	for _, p := range []string{"a{b", "}", "{x}"} {
+		if _, err := redisstore.New(c, redisstore.WithPrefix(p)); err == nil {
+			t.Errorf("prefix %q accepted", p)
+		}
+	}
+	if _, err := redisstore.New(nil); err == nil {
+		t.Error("nil client accepted")
+	}
+}
+
+// TestOneRoundTripPerOperation counts, with a go-redis hook, the round trips
+// of each operation for several values of max: always one.
+func TestOneRoundTripPerOperation(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"redis", func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return testenv.RedisCluster(t) }},
+	} {
+		t.Run(backend.name, func(t *testing.T) {
+			c := backend.client(t)
+			s := newStore(t, c, testenv.Prefix(t, c))
+			ctx := context.Background()
+			// Warm up: load the scripts, open connections.
+			p0, o0 := keycap.NewPoolID("rt", "warm"), keycap.NewOwner()
+			if _, err := s.Acquire(ctx, p0, o0, 1, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Renew(ctx, []keycap.Renewal{{Pool: p0, Owner: o0, TTL: time.Second}}); err != nil {
+				t.Fatal(err)
+			}
+			rt := testenv.CountRoundTrips(c)
+			measure := func(what string, max int, fn func()) {
+				t.Helper()
+				before := rt.Load()
+				fn()
+				if n := rt.Load() - before; n != 1 {
+					t.Errorf("max %d: %s took %d round trips, want 1", max, what, n)
+				}
+			}
+			for _, max := range []int{1, 5, 20, 100} {
+				p := keycap.NewPoolID("rt", fmt.Sprint(max))
+				owners := make([]keycap.Owner, max)
+				for i := range owners {
+					owners[i] = keycap.NewOwner()
+					measure("acquire", max, func() {
+						if ok, err := s.Acquire(ctx, p, owners[i], max, time.Minute); !ok || err != nil {
+							t.Fatalf("acquire %d: %v %v", i, ok, err)
+						}
+					})
+				}
+				measure("reject", max, func() {
+					if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), max, time.Minute); ok || err != nil {
+						t.Fatalf("reject: %v %v", ok, err)
+					}
+				})
+				batch := make([]keycap.Renewal, max)
+				for i := range batch {
+					batch[i] = keycap.Renewal{Pool: p, Owner: owners[i], TTL: time.Minute}
+				}
+				measure(fmt.Sprintf("renew of %d leases", max), max, func() {
+					if err := s.Renew(ctx, batch); err != nil {
+						t.Fatal(err)
+					}
+				})
+				for i := range owners {
+					measure("release", max, func() {
+						if err := s.Release(ctx, p, owners[i]); err != nil {
+							t.Fatal(err)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestScriptCacheFlushed checks that a Redis that lost its scripts (restart,
+// SCRIPT FLUSH) is served again at once: acquire falls back to EVAL, renew
+// loads the script and retries.
+func TestScriptCacheFlushed(t *testing.T) {
+	c := testenv.Redis(t)
+	s := newStore(t, c, testenv.Prefix(t, c))
+	ctx := context.Background()
+	p, o := keycap.NewPoolID("flush", "k"), keycap.NewOwner()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Acquire(ctx, p, o, 1, time.Minute); !ok || err != nil {
+		t.Fatalf("acquire after flush: %v %v", ok, err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	batch := []keycap.Renewal{{Pool: p, Owner: o, TTL: time.Minute}}
+	if err := s.Renew(ctx, batch); err != nil || batch[0].Err != nil || batch[0].Lost {
+		t.Fatalf("renew after flush: %v %+v", err, batch[0])
+	}
+}
+
+// TestIdlePoolLeavesNoKey checks that a pool's key expires with its last lease
+// and disappears with its last release.
+func TestIdlePoolLeavesNoKey(t *testing.T) {
+	c := testenv.Redis(t)
+	s := newStore(t, c, testenv.Prefix(t, c))
+	ctx := context.Background()
+	p, o := keycap.NewPoolID("idle", "k"), keycap.NewOwner()
+	if _, err := s.Acquire(ctx, p, o, 3, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.PTTL(ctx, s.Key(p)).Result()
+	if err != nil || pttl <= 0 || pttl > 5*time.Second {
+		t.Fatalf("PTTL = %v, %v: want the lease's TTL", pttl, err)
+	}
+	if err := s.Release(ctx, p, o); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
+		t.Fatalf("key still exists after the last release: %d %v", n, err)
+	}
+}

@@ -1,0 +1,27 @@
+-- renew.lua: extend one lease, or report it lost.
+--
+-- KEYS[1]  the pool: a sorted set of owner token -> expiry (ms, server clock)
+-- ARGV[1]  owner token
+-- ARGV[2]  ttl in milliseconds
+--
+-- A lease that is unknown or already expired is lost: it is removed (if
+-- present) and 0 is returned, even if the pool has room, because another
+-- holder may have been admitted in its place. Otherwise the lease is extended
+-- to expire ttl from now and 1 is returned.
+local key, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+local expiry = redis.call('ZSCORE', key, owner)
+if not expiry then
+  return 0
+end
+if tonumber(expiry) <= now then
+  redis.call('ZREM', key, owner)
+  return 0
+end
+redis.call('ZADD', key, 'XX', now + ttl, owner)
+if redis.call('PTTL', key) < ttl then
+  redis.call('PEXPIRE', key, ttl)
+end
+return 1

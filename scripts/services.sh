@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Starts and stops the services keycap's tests talk to, on loopback only.
+#
+#   scripts/services.sh up     start what is missing; print the environment to export
+#   scripts/services.sh down   stop what "up" started
+#
+# "up" installs redis-server with apt when it is missing, starts Redis on
+# 127.0.0.1:6379 when nothing answers there, and starts a Redis Cluster of 3
+# masters and 3 replicas on ports KEYCAP_CLUSTER_PORT..+5 (default 30001-30006).
+# It records what it started under $KEYCAP_SERVICES_DIR (default
+# /tmp/keycap-services) so that "down" stops exactly that.
+#
+# Usage from a shell:  eval "$(scripts/services.sh up)"
+set -euo pipefail
+
+DIR=${KEYCAP_SERVICES_DIR:-/tmp/keycap-services}
+CPORT=${KEYCAP_CLUSTER_PORT:-30001}
+REDIS_ADDR=${KEYCAP_REDIS_ADDR:-127.0.0.1:6379}
+
+log() { echo "services: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else die "need root to run: $*"
+  fi
+}
+
+apt_install() {
+  log "installing $* with apt"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+# wait_for TIMEOUT_SECONDS COMMAND...: run COMMAND until it succeeds.
+wait_for() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.1
+  done
+}
+
+rping() { [ "$(redis-cli -h "$1" -p "$2" ping 2>/dev/null)" = PONG ]; }
+
+redis_up() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || apt_install redis-server redis-tools
+  local host=${REDIS_ADDR%:*} port=${REDIS_ADDR##*:}
+  if rping "$host" "$port"; then
+    log "Redis already answers on $REDIS_ADDR"
+    return
+  fi
+  mkdir -p "$DIR/redis"
+  log "starting Redis on $REDIS_ADDR"
+  redis-server --daemonize yes --bind "$host" --port "$port" --save "" --appendonly no \
+    --dir "$DIR/redis" --pidfile "$DIR/redis/redis.pid" --logfile "$DIR/redis/redis.log"
+  wait_for 10 rping "$host" "$port" || die "Redis did not start on $REDIS_ADDR (see $DIR/redis/redis.log)"
+  touch "$DIR/redis/started-by-us"
+}
+
+cluster_ok() {
+  local p
+  for p in $(seq "$CPORT" $((CPORT + 5))); do
+    redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+  done
+  # Every master must know of all 16384 slots.
+  [ "$(redis-cli -p "$CPORT" cluster info | sed -n 's/^cluster_slots_ok:\([0-9]*\).*/\1/p')" = 16384 ]
+}
+
+cluster_up() {
+  if rping 127.0.0.1 "$CPORT"; then
+    if cluster_ok; then
+      log "Redis Cluster already running on ports $CPORT-$((CPORT + 5))"
+      return
+    fi
+    die "port $CPORT answers but is not a healthy cluster; stop it or set KEYCAP_CLUSTER_PORT"
+  fi
+  local p addrs=()
+  for p in $(seq "$CPORT" $((CPORT + 5))); do
+    rping 127.0.0.1 "$p" && die "port $p is taken; set KEYCAP_CLUSTER_PORT"
+    mkdir -p "$DIR/cluster/$p"
+    rm -f "$DIR/cluster/$p/nodes.conf"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$p" \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+      --save "" --appendonly no --dir "$DIR/cluster/$p" \
+      --pidfile "$DIR/cluster/$p/redis.pid" --logfile "$DIR/cluster/$p/redis.log"
+    addrs+=("127.0.0.1:$p")
+  done
+  for p in $(seq "$CPORT" $((CPORT + 5))); do
+    wait_for 10 rping 127.0.0.1 "$p" || die "cluster node $p did not start"
+  done
+  log "creating Redis Cluster (3 masters, 3 replicas) on ports $CPORT-$((CPORT + 5))"
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$DIR/cluster/create.log" 2>&1 \
+    || die "redis-cli --cluster create failed (see $DIR/cluster/create.log)"
+  wait_for 30 cluster_ok || die "cluster did not become ready"
+  touch "$DIR/cluster/started-by-us"
+}
+
+stop_pidfile() {
+  local f=$1
+  [ -f "$f" ] || return 0
+  local pid; pid=$(cat "$f")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
+}
+
+down() {
+  if [ -f "$DIR/cluster/started-by-us" ]; then
+    log "stopping Redis Cluster"
+    for f in "$DIR"/cluster/*/redis.pid; do stop_pidfile "$f"; done
+    rm -rf "$DIR/cluster"
+  fi
+  if [ -f "$DIR/redis/started-by-us" ]; then
+    log "stopping Redis"
+    stop_pidfile "$DIR/redis/redis.pid"
+    rm -rf "$DIR/redis"
+  fi
+}
+
+up() {
+  mkdir -p "$DIR"
+  redis_up
+  cluster_up
+  local seeds
+  seeds=$(seq -s, -f "127.0.0.1:%g" "$CPORT" $((CPORT + 5)))
+  echo "export KEYCAP_REDIS_ADDR=$REDIS_ADDR"
+  echo "export KEYCAP_REDIS_CLUSTER=$seeds"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

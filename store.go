@@ -1,0 +1,48 @@
+package keycap
+
+import (
+	"context"
+	"time"
+)
+
+// Store holds the leases of every pool. Implementations must make each method
+// atomic per pool: a pool never holds more than max unexpired leases, however
+// many clients call at once. Expiry follows the store's own clock.
+//
+// A store returns an error only when it could not answer (a network failure,
+// a timeout); a full pool or a lost lease is a result, not an error. When the
+// caller's context ends, a store returns the context's error. Every method
+// must return within a bounded time even when the caller's context has no
+// deadline.
+//
+// memstore, redisstore and pgstore implement it; storetest checks an
+// implementation against the contract.
+type Store interface {
+	// Acquire adds a lease for owner to pool, expiring after ttl, if the pool
+	// holds fewer than max unexpired leases, and reports whether it did. If
+	// owner already holds an unexpired lease in pool, Acquire extends it and
+	// reports true. max is at least 1.
+	Acquire(ctx context.Context, pool PoolID, owner Owner, max int, ttl time.Duration) (bool, error)
+
+	// Release removes owner's lease from pool. Releasing a lease that expired
+	// or was never granted does nothing.
+	Release(ctx context.Context, pool PoolID, owner Owner) error
+
+	// Renew extends each unexpired lease in batch to expire TTL from now, and
+	// sets Lost on each lease that has expired or is unknown. It makes as few
+	// round trips as the store allows, one where it can. An error that only
+	// concerns some leases is set on their Err; the returned error means that
+	// no lease's outcome is known.
+	Renew(ctx context.Context, batch []Renewal) error
+}
+
+// Renewal is one lease to renew in a Store.Renew batch.
+type Renewal struct {
+	Pool  PoolID
+	Owner Owner
+	TTL   time.Duration
+
+	// Set by the store.
+	Lost bool  // the lease had expired or was unknown: it is gone
+	Err  error // the store could not renew this lease; its fate is unknown
+}

@@ -1,0 +1,478 @@
+// Package storetest is the conformance suite of keycap.Store: every store
+// (memstore, redisstore on a single Redis and on Redis Cluster, pgstore) runs
+// it from its own tests, and a store written elsewhere can run it too:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) func() keycap.Store {
+//			ns := newNamespace(t) // fresh, empty, cleaned up when t ends
+//			return func() keycap.Store { return openClient(t, ns) }
+//		})
+//	}
+//
+// The suite checks the contract through the Store interface and through a
+// keycap.Limiter on top of it, under load from several clients at once.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// Namespace returns a function that opens clients of one fresh, empty
+// namespace of the store under test. Every store it opens must share the
+// namespace's state (as several processes sharing one Redis do), each through
+// its own connections where the store has any. Resources are freed with
+// t.Cleanup.
+type Namespace func(t *testing.T) (open func() keycap.Store)
+
+// Options tune the suite for slow stores.
+type Options struct {
+	// ContentionTime is how long the "never over max" test runs. Default 3 s.
+	ContentionTime time.Duration
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, ns Namespace, opts ...Options) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.ContentionTime == 0 {
+		o.ContentionTime = 3 * time.Second
+	}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, open func() keycap.Store)
+	}{
+		{"GrantsUpToMaxThenRefuses", testGrantsUpToMax},
+		{"SameOwnerIsGrantedOnce", testSameOwner},
+		{"ExpiryFreesSlot", testExpiry},
+		{"StaleReleaseDoesNothing", testStaleRelease},
+		{"ReleaseIsIdempotent", testReleaseIdempotent},
+		{"RenewExtends", testRenewExtends},
+		{"RenewAfterExpiryReportsLost", testRenewLost},
+		{"RenewBatchMixed", testRenewBatch},
+		{"LoweringAndRaisingMax", testChangeMax},
+		{"ThousandPools", testManyPools},
+		{"BinaryAndHugeKeys", testKeys},
+		{"LimiterKeepsLeaseAlive", testKeepAlive},
+		{"NeverOverMaxUnderContention", func(t *testing.T, open func() keycap.Store) {
+			testContention(t, open, o.ContentionTime)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, ns(t))
+		})
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func pool(name string) keycap.PoolID { return keycap.NewPoolID("storetest", name) }
+
+func mustAcquire(t *testing.T, s keycap.Store, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration, want bool) {
+	t.Helper()
+	got, err := s.Acquire(ctx(t), p, o, max, ttl)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if got != want {
+		t.Fatalf("Acquire(max %d) = %v, want %v", max, got, want)
+	}
+}
+
+func mustRelease(t *testing.T, s keycap.Store, p keycap.PoolID, o keycap.Owner) {
+	t.Helper()
+	if err := s.Release(ctx(t), p, o); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// held counts the leases of p by filling it: it acquires with fresh owners
+// until refused (max is large), then releases them. It returns how many
+// leases the pool held before.
+func held(t *testing.T, s keycap.Store, p keycap.PoolID, capacity int) int {
+	t.Helper()
+	var probes []keycap.Owner
+	for {
+		o := keycap.NewOwner()
+		ok, err := s.Acquire(ctx(t), p, o, capacity, time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if !ok {
+			break
+		}
+		probes = append(probes, o)
+		if len(probes) > capacity {
+			t.Fatalf("pool granted more than %d leases", capacity)
+		}
+	}
+	for _, o := range probes {
+		mustRelease(t, s, p, o)
+	}
+	return capacity - len(probes)
+}
+
+func testGrantsUpToMax(t *testing.T, open func() keycap.Store) {
+	s := open()
+	for _, max := range []int{1, 3, 7} {
+		p := pool(fmt.Sprint("max", max))
+		owners := make([]keycap.Owner, max)
+		for i := range owners {
+			owners[i] = keycap.NewOwner()
+			mustAcquire(t, s, p, owners[i], max, time.Minute, true)
+		}
+		mustAcquire(t, s, p, keycap.NewOwner(), max, time.Minute, false)
+		mustRelease(t, s, p, owners[0])
+		mustAcquire(t, s, p, keycap.NewOwner(), max, time.Minute, true)
+		mustAcquire(t, s, p, keycap.NewOwner(), max, time.Minute, false)
+	}
+}
+
+func testSameOwner(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p, o := pool("same"), keycap.NewOwner()
+	mustAcquire(t, s, p, o, 2, time.Minute, true)
+	mustAcquire(t, s, p, o, 2, time.Minute, true) // a retried call: not a second lease
+	if n := held(t, s, p, 10); n != 1 {
+		t.Fatalf("pool holds %d leases after the same owner acquired twice, want 1", n)
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes. Expiry has no signal
+// to wait on: time passing is what is tested.
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("condition not met within %s", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func testExpiry(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p := pool("expiry")
+	const ttl = 300 * time.Millisecond
+	start := time.Now()
+	mustAcquire(t, s, p, keycap.NewOwner(), 1, ttl, true)
+	mustAcquire(t, s, p, keycap.NewOwner(), 1, ttl, false)
+	waitFor(t, ttl+2*time.Second, func() bool {
+		ok, err := s.Acquire(ctx(t), p, keycap.NewOwner(), 1, time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		return ok
+	})
+	// A store whose clock runs ahead of ours may free it a little early, but
+	// not before half the TTL.
+	if el := time.Since(start); el < ttl/2 {
+		t.Fatalf("slot freed after %s, before its TTL of %s", el, ttl)
+	}
+}
+
+func testStaleRelease(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p := pool("stale")
+	a, b := keycap.NewOwner(), keycap.NewOwner()
+	mustAcquire(t, s, p, a, 1, 100*time.Millisecond, true)
+	waitFor(t, 3*time.Second, func() bool {
+		ok, err := s.Acquire(ctx(t), p, b, 1, time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		return ok
+	})
+	mustRelease(t, s, p, a) // late: a's lease expired and b holds the slot
+	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+}
+
+func testReleaseIdempotent(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p, o := pool("idem"), keycap.NewOwner()
+	mustRelease(t, s, p, o) // never granted
+	mustAcquire(t, s, p, o, 1, time.Minute, true)
+	mustRelease(t, s, p, o)
+	mustRelease(t, s, p, o)
+	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, true)
+	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+}
+
+func renew(t *testing.T, s keycap.Store, batch ...keycap.Renewal) []keycap.Renewal {
+	t.Helper()
+	if err := s.Renew(ctx(t), batch); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	for i, r := range batch {
+		if r.Err != nil {
+			t.Fatalf("Renew: lease %d: %v", i, r.Err)
+		}
+	}
+	return batch
+}
+
+func testRenewExtends(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p, o := pool("renew"), keycap.NewOwner()
+	const ttl = 400 * time.Millisecond
+	mustAcquire(t, s, p, o, 1, ttl, true)
+	r := renew(t, s, keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute})
+	if r[0].Lost {
+		t.Fatal("Renew reported a live lease lost")
+	}
+	// Past the original TTL the slot is still held.
+	time.Sleep(ttl + 200*time.Millisecond)
+	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+}
+
+func testRenewLost(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p, o, probe := pool("lost"), keycap.NewOwner(), keycap.NewOwner()
+	mustAcquire(t, s, p, o, 1, 100*time.Millisecond, true)
+	// Once another owner gets the only slot, o's lease has expired.
+	waitFor(t, 3*time.Second, func() bool {
+		ok, err := s.Acquire(ctx(t), p, probe, 1, time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		return ok
+	})
+	mustRelease(t, s, p, probe)
+	r := renew(t, s, keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute})
+	if !r[0].Lost {
+		t.Fatal("Renew after expiry did not report the lease lost")
+	}
+	// A lost lease is not resurrected.
+	if n := held(t, s, p, 10); n != 0 {
+		t.Fatalf("pool holds %d leases after renewing a lost one, want 0", n)
+	}
+}
+
+func testRenewBatch(t *testing.T, open func() keycap.Store) {
+	s := open()
+	var batch []keycap.Renewal
+	for i := range 5 {
+		p, o := pool(fmt.Sprint("batch", i)), keycap.NewOwner()
+		mustAcquire(t, s, p, o, 1, time.Minute, true)
+		batch = append(batch, keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute})
+	}
+	batch = append(batch,
+		keycap.Renewal{Pool: pool("batch0"), Owner: keycap.NewOwner(), TTL: time.Minute}, // unknown owner
+		keycap.Renewal{Pool: pool("batch-none"), Owner: keycap.NewOwner(), TTL: time.Minute},
+	)
+	mustRelease(t, s, batch[2].Pool, batch[2].Owner)
+	r := renew(t, s, batch...)
+	for i, want := range []bool{false, false, true, false, false, true, true} {
+		if r[i].Lost != want {
+			t.Errorf("lease %d: Lost = %v, want %v", i, r[i].Lost, want)
+		}
+	}
+}
+
+func testChangeMax(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p := pool("change")
+	owners := []keycap.Owner{keycap.NewOwner(), keycap.NewOwner(), keycap.NewOwner()}
+	for _, o := range owners {
+		mustAcquire(t, s, p, o, 3, time.Minute, true)
+	}
+	// Lowered to 2 while 3 are held: nobody gets in until fewer than 2 are.
+	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	mustRelease(t, s, p, owners[0])
+	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	mustRelease(t, s, p, owners[1])
+	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, true)
+	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	// Raised to 5: three more fit beside the two held.
+	for range 3 {
+		mustAcquire(t, s, p, keycap.NewOwner(), 5, time.Minute, true)
+	}
+	mustAcquire(t, s, p, keycap.NewOwner(), 5, time.Minute, false)
+}
+
+func testManyPools(t *testing.T, open func() keycap.Store) {
+	s := open()
+	owners := make([]keycap.Owner, 1000)
+	for i := range owners {
+		owners[i] = keycap.NewOwner()
+		mustAcquire(t, s, pool(fmt.Sprint("many", i)), owners[i], 1, time.Minute, true)
+	}
+	for i := range owners {
+		mustAcquire(t, s, pool(fmt.Sprint("many", i)), keycap.NewOwner(), 1, time.Minute, false)
+	}
+	for i := range owners {
+		mustRelease(t, s, pool(fmt.Sprint("many", i)), owners[i])
+	}
+	for i := range owners {
+		mustAcquire(t, s, pool(fmt.Sprint("many", i)), keycap.NewOwner(), 1, time.Minute, true)
+	}
+}
+
+func newLimiter(t *testing.T, s keycap.Store) *keycap.Limiter {
+	l, err := keycap.NewLimiter(s, keycap.WithDefaultFailMode(keycap.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func testKeys(t *testing.T, open func() keycap.Store) {
+	l := newLimiter(t, open())
+	huge := make([]byte, 1<<20)
+	_, _ = rand.Read(huge)
+	huge2 := append([]byte(nil), huge...)
+	huge2[len(huge2)-1] ^= 1
+	keys := []string{"", "\x00", "\x00\x00", "\xff\xfe{}\r\n*1\r\n", "user:1", "user:1 ", string(huge), string(huge2)}
+	var leases []*keycap.Lease
+	for _, k := range keys {
+		lim := keycap.MustLimit("keys", k, 1)
+		ls, err := l.Acquire(ctx(t), lim)
+		if err != nil {
+			t.Fatalf("key of %d bytes: first Acquire: %v", len(k), err)
+		}
+		leases = append(leases, ls)
+	}
+	for _, k := range keys {
+		_, err := l.Acquire(ctx(t), keycap.MustLimit("keys", k, 1))
+		if !errors.Is(err, keycap.ErrLimitExceeded) {
+			t.Fatalf("key of %d bytes: second Acquire: %v, want ErrLimitExceeded", len(k), err)
+		}
+	}
+	// The same key under another name is another pool.
+	ls, err := l.Acquire(ctx(t), keycap.MustLimit("other", "user:1", 1))
+	if err != nil {
+		t.Fatalf("same key, other name: %v", err)
+	}
+	ls.Release()
+	for _, ls := range leases {
+		ls.Release()
+	}
+	for _, k := range keys {
+		ls, err := l.Acquire(ctx(t), keycap.MustLimit("keys", k, 1))
+		if err != nil {
+			t.Fatalf("key of %d bytes: Acquire after Release: %v", len(k), err)
+		}
+		ls.Release()
+	}
+}
+
+func testKeepAlive(t *testing.T, open func() keycap.Store) {
+	l := newLimiter(t, open())
+	lim := keycap.MustLimit("keepalive", "k", 1, keycap.WithTTL(300*time.Millisecond))
+	ls, err := l.Acquire(ctx(t), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held for four TTLs: the Limiter's renewals keep it.
+	deadline := time.Now().Add(4 * lim.TTL())
+	for time.Now().Before(deadline) {
+		if _, err := l.Acquire(ctx(t), lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+			t.Fatalf("while held: Acquire = %v, want ErrLimitExceeded", err)
+		}
+		select {
+		case <-ls.Lost():
+			t.Fatal("lease lost while its holder was alive")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	ls.Release()
+	ls2, err := l.Acquire(ctx(t), lim)
+	if err != nil {
+		t.Fatalf("after Release: %v", err)
+	}
+	ls2.Release()
+}
+
+// testContention runs several clients, each with several goroutines, that
+// take and release slots of a few pools as fast as they can, and counts the
+// holders of each pool inside the critical section.
+func testContention(t *testing.T, open func() keycap.Store, d time.Duration) {
+	const (
+		clients   = 4
+		perClient = 8
+		pools     = 3
+		max       = 3
+	)
+	var inside, peak [pools]atomic.Int32
+	var grants, refusals, over atomic.Int64
+	var firstErr atomic.Pointer[error]
+	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for c := range clients {
+		l := newLimiter(t, open())
+		for g := range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				limits := make([]keycap.Limit, pools)
+				for i := range limits {
+					limits[i] = keycap.MustLimit("contention", fmt.Sprint(i), max, keycap.WithTTL(time.Minute))
+				}
+				for i := c*perClient + g; time.Now().Before(stop); i++ {
+					p := i % pools
+					ls, err := l.Acquire(context.Background(), limits[p])
+					if errors.Is(err, keycap.ErrLimitExceeded) {
+						refusals.Add(1)
+						continue
+					}
+					if err != nil {
+						fail(err)
+						return
+					}
+					n := inside[p].Add(1)
+					for {
+						old := peak[p].Load()
+						if n <= old || peak[p].CompareAndSwap(old, n) {
+							break
+						}
+					}
+					if n > max {
+						over.Add(1)
+					}
+					grants.Add(1)
+					// Hold the slot while others run, as real work would.
+					runtime.Gosched()
+					inside[p].Add(-1)
+					ls.Release()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		t.Errorf("Acquire failed: %v", *err)
+	}
+	if n := over.Load(); n > 0 {
+		t.Errorf("%d times a pool had more than %d holders inside", n, max)
+	}
+	for p := range pools {
+		// The test must have pushed each pool to its cap, or it proved nothing.
+		if got := peak[p].Load(); got != max {
+			t.Errorf("pool %d: peak holders %d, want exactly %d", p, got, max)
+		}
+	}
+	if refusals.Load() == 0 {
+		t.Error("no Acquire was refused: the pools were never contended")
+	}
+	t.Logf("%d clients × %d goroutines, %s: %d grants, %d refusals", clients, perClient, d, grants.Load(), refusals.Load())
+}
