@@ -1,10 +1,11 @@
 module github.com/keycap/keycap
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.25.0
 )
 
 require (

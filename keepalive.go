@@ -17,6 +17,7 @@ type keeper struct {
 	wake   chan struct{}
 	next   atomic.Int64 // when the loop will next look, on the Limiter's clock
 
+	started atomic.Bool // fast path of ensureRunning
 	mu      sync.Mutex
 	running bool
 	stopped bool
@@ -31,10 +32,12 @@ type keeper struct {
 // concurrent acquires and releases seldom meet.
 const keeperShards = 32
 
+// keeperShard holds a doubly linked list of leases, linked through the
+// leases themselves: adding and removing cost no allocation and no hashing.
 type keeperShard struct {
-	mu     sync.Mutex
-	leases map[*Lease]struct{}
-	_      [64 - 16]byte // keep shards on separate cache lines
+	mu   sync.Mutex
+	head *Lease
+	_    [64 - 16]byte // keep shards on separate cache lines
 }
 
 type renewRef struct {
@@ -48,9 +51,6 @@ func (k *keeper) init(l *Limiter) {
 	k.stop = make(chan struct{})
 	k.done = make(chan struct{})
 	k.next.Store(math.MaxInt64)
-	for i := range k.shards {
-		k.shards[i].leases = make(map[*Lease]struct{})
-	}
 }
 
 func (k *keeper) shard(ls *Lease) *keeperShard {
@@ -70,7 +70,11 @@ func (k *keeper) add(ls *Lease) {
 	}
 	sh := k.shard(ls)
 	sh.mu.Lock()
-	sh.leases[ls] = struct{}{}
+	ls.next = sh.head
+	if sh.head != nil {
+		sh.head.prev = ls
+	}
+	sh.head, ls.listed = ls, true
 	sh.mu.Unlock()
 	k.ensureRunning()
 	if int64(earliest) < k.next.Load() {
@@ -85,16 +89,30 @@ func (k *keeper) add(ls *Lease) {
 func (k *keeper) remove(ls *Lease) {
 	sh := k.shard(ls)
 	sh.mu.Lock()
-	delete(sh.leases, ls)
+	if ls.listed {
+		if ls.prev != nil {
+			ls.prev.next = ls.next
+		} else {
+			sh.head = ls.next
+		}
+		if ls.next != nil {
+			ls.next.prev = ls.prev
+		}
+		ls.prev, ls.next, ls.listed = nil, nil, false
+	}
 	sh.mu.Unlock()
 }
 
 func (k *keeper) ensureRunning() {
+	if k.started.Load() {
+		return
+	}
 	k.mu.Lock()
 	if !k.running && !k.stopped {
 		k.running = true
 		go k.run()
 	}
+	k.started.Store(true)
 	k.mu.Unlock()
 }
 
@@ -150,7 +168,7 @@ func (k *keeper) collect(now time.Duration) time.Duration {
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.mu.Lock()
-		for ls := range sh.leases {
+		for ls := sh.head; ls != nil; ls = ls.next {
 			ls.mu.Lock()
 			for j := range ls.slots {
 				s := &ls.slots[j]

@@ -18,6 +18,10 @@ type Lease struct {
 	released bool
 	lost     bool
 	lostCh   chan struct{}
+
+	// The keeper's list of held leases, guarded by the keeper shard's lock.
+	prev, next *Lease
+	listed     bool
 }
 
 type slot struct {

@@ -114,6 +114,7 @@ func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) 
 	}
 
 	start := l.now()
+	now := start
 	ls := newLease(l, limits, start)
 	var w *waiter
 	if wait > 0 {
@@ -124,14 +125,17 @@ func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) 
 	}
 	var timer *time.Timer
 	for {
-		refused, err := l.try(ctx, ls)
+		refused, err := l.try(ctx, ls, now)
 		if err != nil {
 			return nil, err
 		}
-		waited := l.now() - start
 		if refused == nil {
-			l.admit(ls, waited)
+			l.admit(ls, now-start)
 			return ls, nil
+		}
+		var waited time.Duration // a limit that may not wait waited for nothing
+		if wait > 0 {
+			waited = l.now() - start
 		}
 		if waited >= wait {
 			l.emit(Event{Kind: LimitExceeded, Limit: *refused, Waited: waited})
@@ -150,6 +154,7 @@ func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) 
 		case <-w.ch:
 		case <-timer.C:
 		}
+		now = l.now()
 	}
 }
 
@@ -178,13 +183,12 @@ func check(limits []Limit) (time.Duration, error) {
 	return max(wait, 0), nil
 }
 
-// try attempts every slot of ls once. It returns the limit that refused, or
-// nil when every slot is held or skipped by a failing-open store. On refusal
-// and on error, the slots taken are released.
-func (l *Limiter) try(ctx context.Context, ls *Lease) (*Limit, error) {
+// try attempts every slot of ls once, starting at now. It returns the limit
+// that refused, or nil when every slot is held or skipped by a failing-open
+// store. On refusal and on error, the slots taken are released.
+func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit, error) {
 	for i := range ls.slots {
 		s := &ls.slots[i]
-		before := l.now()
 		ok, err := l.store.Acquire(ctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -208,7 +212,9 @@ func (l *Limiter) try(ctx context.Context, ls *Lease) (*Limit, error) {
 			return &s.limit, nil
 		}
 		s.held = true
-		s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
+		// Counted from before the store call: the lease lives at least
+		// this long in the store.
+		s.renewAt, s.deadline = now+s.limit.ttl/3, now+s.limit.ttl
 	}
 	return nil, nil
 }

@@ -1,0 +1,25 @@
+package keycap_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// corePackages must build on the standard library alone: an application that
+// uses only them pulls in no third-party code.
+var corePackages = []string{".", "./memstore", "./storetest"}
+
+func TestCorePackagesAreStdlibOnly(t *testing.T) {
+	t.Parallel()
+	args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, corePackages...)
+	out, err := exec.Command("go", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(p, "github.com/keycap/keycap") || strings.Contains(p, "/internal/") {
+			t.Errorf("core package depends on %s", p)
+		}
+	}
+}

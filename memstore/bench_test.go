@@ -1,0 +1,76 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+// BenchmarkAcquireRelease measures one acquire and one release on memstore,
+// serial and parallel, on 1 and 10,000 keys, beside the same pair on a
+// golang.org/x/sync/semaphore (one key: it has no keys) in the same run.
+// Pools have room for every goroutine, so nothing is refused.
+func BenchmarkAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	const room = 1 << 20
+	for _, keys := range []int{1, 10000} {
+		s := memstore.New()
+		pools := make([]keycap.PoolID, keys)
+		for i := range pools {
+			pools[i] = keycap.NewPoolID("bench", fmt.Sprint(i))
+		}
+		b.Run(fmt.Sprintf("memstore/serial/keys=%d", keys), func(b *testing.B) {
+			o := keycap.NewOwner()
+			i := 0
+			for b.Loop() {
+				p := pools[i%keys]
+				i++
+				if ok, _ := s.Acquire(ctx, p, o, room, time.Minute); !ok {
+					b.Fatal("refused")
+				}
+				_ = s.Release(ctx, p, o)
+			}
+		})
+		b.Run(fmt.Sprintf("memstore/parallel/keys=%d", keys), func(b *testing.B) {
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				o := keycap.NewOwner()
+				i := int(seq.Add(7919))
+				for pb.Next() {
+					p := pools[i%keys]
+					i++
+					if ok, _ := s.Acquire(ctx, p, o, room, time.Minute); !ok {
+						b.Fatal("refused")
+					}
+					_ = s.Release(ctx, p, o)
+				}
+			})
+		})
+	}
+	sem := semaphore.NewWeighted(room)
+	b.Run("x-sync-semaphore/serial/keys=1", func(b *testing.B) {
+		for b.Loop() {
+			if err := sem.Acquire(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+			sem.Release(1)
+		}
+	})
+	b.Run("x-sync-semaphore/parallel/keys=1", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := sem.Acquire(ctx, 1); err != nil {
+					b.Fatal(err)
+				}
+				sem.Release(1)
+			}
+		})
+	})
+}

@@ -1,0 +1,219 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+)
+
+// slotLocks takes slots the way the PHP seed (laravel-concurrency-limit)
+// does: slot i of a pool is its own lock key, taken with SET NX PX; an
+// acquire tries the slots in turn from a random one, so a refusal costs max
+// round trips. It is the baseline the lease set is measured against.
+type slotLocks struct {
+	c      redis.UniversalClient
+	prefix string
+}
+
+var releaseLock = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func (s slotLocks) key(p keycap.PoolID, i int) string {
+	return fmt.Sprintf("%sslot:{%s}:%d", s.prefix, p, i)
+}
+
+func (s slotLocks) acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (int, error) {
+	start := rand.IntN(max)
+	for i := range max {
+		slot := (start + i) % max
+		ok, err := s.c.SetNX(ctx, s.key(p, slot), o[:], ttl).Result()
+		if err != nil {
+			return -1, err
+		}
+		if ok {
+			return slot, nil
+		}
+	}
+	return -1, nil
+}
+
+func (s slotLocks) release(ctx context.Context, p keycap.PoolID, o keycap.Owner, slot int) error {
+	return releaseLock.Run(ctx, s.c, []string{s.key(p, slot)}, o[:]).Err()
+}
+
+// BenchmarkRoundTrips reports, per operation, the round trips (rt/op)
+// counted by a go-redis hook, for the lease set and for the baseline.
+func BenchmarkRoundTrips(b *testing.B) {
+	c := testenv.Redis(b)
+	prefix := testenv.Prefix(b, c)
+	s := newStore(b, c, prefix)
+	base := slotLocks{c: c, prefix: prefix}
+	ctx := context.Background()
+	rt := testenv.CountRoundTrips(c)
+	report := func(b *testing.B, before int64) {
+		b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "rt/op")
+	}
+	for _, max := range []int{1, 5, 20, 100} {
+		// A full pool, for the reject rows.
+		full := keycap.NewPoolID("bench-full", fmt.Sprint(max))
+		for i := range max {
+			if ok, err := s.Acquire(ctx, full, keycap.NewOwner(), max, time.Hour); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if slot, err := base.acquire(ctx, full, keycap.NewOwner(), max, time.Hour); slot < 0 || err != nil {
+				b.Fatal(i, slot, err)
+			}
+		}
+		free := keycap.NewPoolID("bench-free", fmt.Sprint(max))
+
+		b.Run(fmt.Sprintf("max=%d/acquire/keycap", max), func(b *testing.B) {
+			o := keycap.NewOwner()
+			before := rt.Load()
+			for b.Loop() {
+				if ok, err := s.Acquire(ctx, free, o, max, time.Minute); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+			report(b, before)
+			_ = s.Release(ctx, free, o)
+		})
+		b.Run(fmt.Sprintf("max=%d/acquire/slot-locks", max), func(b *testing.B) {
+			// Half the slots taken: the typical acquire tries several.
+			var held []keycap.Owner
+			var slots []int
+			for range max / 2 {
+				o := keycap.NewOwner()
+				slot, _ := base.acquire(ctx, free, o, max, time.Minute)
+				held, slots = append(held, o), append(slots, slot)
+			}
+			o := keycap.NewOwner()
+			var trips int64
+			for b.Loop() {
+				before := rt.Load()
+				slot, err := base.acquire(ctx, free, o, max, time.Minute)
+				if slot < 0 || err != nil {
+					b.Fatal(slot, err)
+				}
+				trips += rt.Load() - before
+				b.StopTimer() // the release is not part of the row
+				_ = base.release(ctx, free, o, slot)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(trips)/float64(b.N), "rt/op")
+			for i := range held {
+				_ = base.release(ctx, free, held[i], slots[i])
+			}
+		})
+		b.Run(fmt.Sprintf("max=%d/reject/keycap", max), func(b *testing.B) {
+			o := keycap.NewOwner()
+			before := rt.Load()
+			for b.Loop() {
+				if ok, err := s.Acquire(ctx, full, o, max, time.Minute); ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+			report(b, before)
+		})
+		b.Run(fmt.Sprintf("max=%d/reject/slot-locks", max), func(b *testing.B) {
+			o := keycap.NewOwner()
+			before := rt.Load()
+			for b.Loop() {
+				if slot, err := base.acquire(ctx, full, o, max, time.Minute); slot >= 0 || err != nil {
+					b.Fatal(slot, err)
+				}
+			}
+			report(b, before)
+		})
+		b.Run(fmt.Sprintf("max=%d/release/keycap", max), func(b *testing.B) {
+			o := keycap.NewOwner()
+			before := rt.Load()
+			for b.Loop() {
+				if err := s.Release(ctx, free, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b, before)
+		})
+		b.Run(fmt.Sprintf("max=%d/release/slot-locks", max), func(b *testing.B) {
+			o := keycap.NewOwner()
+			before := rt.Load()
+			for b.Loop() {
+				if err := base.release(ctx, free, o, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b, before)
+		})
+	}
+}
+
+// BenchmarkPairsVsPing measures acquire+release pairs per second against
+// local Redis, at 1, 8 and 64 goroutines, beside the same client's PING rate
+// at the same concurrency, measured in the same benchmark in alternating
+// rounds. The metric pairs/ping is the ratio of the two rates. A pair
+// costs two round trips, so 0.5 is the physical ceiling.
+func BenchmarkPairsVsPing(b *testing.B) {
+	for _, g := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			c := testenv.Redis(b)
+			s := newStore(b, c, testenv.Prefix(b, c))
+			ctx := context.Background()
+			// One pool per goroutine, with room: the row measures the
+			// operations, not contention.
+			pools := make([]keycap.PoolID, g)
+			for i := range pools {
+				pools[i] = keycap.NewPoolID("pairs", fmt.Sprint(i))
+			}
+			run := func(n int, op func(worker int) error) time.Duration {
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				start := time.Now()
+				for w := range g {
+					wg.Go(func() {
+						for next.Add(1) <= int64(n) {
+							if err := op(w); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return time.Since(start)
+			}
+			ping := func(int) error { return c.Ping(ctx).Err() }
+			pair := func(w int) error {
+				o := keycap.NewOwner()
+				ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
+				if err != nil || !ok {
+					return fmt.Errorf("acquire: %v %v", ok, err)
+				}
+				return s.Release(ctx, pools[w], o)
+			}
+			run(200, ping) // warm the connection pool
+			run(200, pair)
+			// Alternate short rounds of each, so that drift in the machine's
+			// speed touches both alike.
+			var pingTime, pairTime time.Duration
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				n := min(b.N-done, max(g*50, 500))
+				pingTime += run(n, ping)
+				pairTime += run(n, pair)
+				done += n
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(pingTime.Nanoseconds())/float64(pairTime.Nanoseconds()), "pairs/ping")
+			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
+			b.ReportMetric(float64(b.N)/pingTime.Seconds(), "pings/s")
+		})
+	}
+}
