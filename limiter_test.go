@@ -483,7 +483,7 @@ func TestPoolIDs(t *testing.T) {
 	if keycap.NewPoolID("a", "k") != keycap.MustLimit("a", "k", 1).Pool() {
 		t.Fatal("limit pool differs from NewPoolID")
 	}
-	if keycap.NewOwner() == keycap.NewOwner() {
+	if a, b := keycap.NewOwner(), keycap.NewOwner(); a == b {
 		t.Fatal("two owner tokens are equal")
 	}
 }
