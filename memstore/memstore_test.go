@@ -1,7 +1,13 @@
 package memstore_test
 
 import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
@@ -14,4 +20,111 @@ func TestConformance(t *testing.T) {
 		s := memstore.New() // one process: every "client" shares the store
 		return func() keycap.Store { return s }
 	})
+}
+
+// clock is a hand-moved clock for WithClock.
+type clock struct{ now atomic.Int64 }
+
+func (c *clock) read() time.Duration { return time.Duration(c.now.Load()) }
+func (c *clock) add(d time.Duration) { c.now.Add(int64(d)) }
+func pool(i int) keycap.PoolID       { return keycap.NewPoolID("mem", fmt.Sprint(i)) }
+
+func TestExpiryByItsOwnClock(t *testing.T) {
+	t.Parallel()
+	c := &clock{}
+	s := memstore.New(memstore.WithClock(c.read))
+	ctx := context.Background()
+	a := keycap.NewOwner()
+	if ok, _ := s.Acquire(ctx, pool(0), a, 1, time.Second); !ok {
+		t.Fatal("refused")
+	}
+	c.add(999 * time.Millisecond)
+	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); ok {
+		t.Fatal("granted before the lease expired")
+	}
+	c.add(time.Millisecond)
+	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); !ok {
+		t.Fatal("refused after the lease expired")
+	}
+}
+
+// TestIdlePoolsAreReclaimed checks that memory follows the pools in use, not
+// every key ever seen.
+func TestIdlePoolsAreReclaimed(t *testing.T) {
+	t.Parallel()
+	c := &clock{}
+	s := memstore.New(memstore.WithClock(c.read))
+	ctx := context.Background()
+	const keys = 100_000
+	held := keycap.NewOwner()
+	for i := range keys {
+		o := keycap.NewOwner()
+		if i < 10 {
+			o = held // ten pools stay busy, for a long time
+			_, _ = s.Acquire(ctx, pool(i), o, 1, time.Hour)
+			continue
+		}
+		_, _ = s.Acquire(ctx, pool(i), o, 1, time.Minute)
+		if i%2 == 0 {
+			_ = s.Release(ctx, pool(i), o) // half released, half left to expire
+		}
+	}
+	if n := s.Pools(); n != keys {
+		t.Fatalf("%d pools before any sweep, want %d", n, keys)
+	}
+	c.add(2 * time.Minute) // every short lease has expired
+	// Using the store sweeps the shards it touches: touch them all.
+	for i := range 5000 {
+		_, _ = s.Acquire(ctx, keycap.NewPoolID("touch", fmt.Sprint(i)), keycap.NewOwner(), 1, time.Millisecond)
+	}
+	if n := s.Pools(); n > 5000+10 {
+		t.Fatalf("%d pools kept after the sweep; want at most the 10 busy ones and the new ones", n)
+	}
+	for i := range 10 {
+		if ok, _ := s.Acquire(ctx, pool(i), keycap.NewOwner(), 1, time.Hour); ok {
+			t.Fatalf("busy pool %d lost its lease in the sweep", i)
+		}
+	}
+}
+
+// TestThousandsOfGoroutines runs 5,000 goroutines on 50 pools of max 4 and
+// counts the holders of each pool inside the critical section.
+func TestThousandsOfGoroutines(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	l, err := keycap.NewLimiter(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const goroutines, pools, max = 5000, 50, 4
+	var inside [pools]atomic.Int32
+	var over, granted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			lim := keycap.MustLimit("crowd", fmt.Sprint(g%pools), max, keycap.WithWait(time.Minute))
+			for range 10 {
+				ls, err := l.Acquire(context.Background(), lim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside[g%pools].Add(1) > max {
+					over.Add(1)
+				}
+				granted.Add(1)
+				runtime.Gosched()
+				inside[g%pools].Add(-1)
+				ls.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if over.Load() > 0 {
+		t.Fatalf("%d times a pool had more than %d holders", over.Load(), max)
+	}
+	if granted.Load() != goroutines*10 {
+		t.Fatalf("%d grants, want %d (every waiter gets in)", granted.Load(), goroutines*10)
+	}
 }

@@ -41,6 +41,14 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
+func TestConformanceSentinel(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() keycap.Store {
+		prefix := testenv.Prefix(t, testenv.RedisSentinel(t))
+		return func() keycap.Store { return newStore(t, testenv.RedisSentinel(t), prefix) }
+	})
+}
+
 func TestNewRejectsBadPrefix(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer c.Close()

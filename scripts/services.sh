@@ -6,7 +6,9 @@
 #
 # "up" installs redis-server with apt when it is missing, starts Redis on
 # 127.0.0.1:6379 when nothing answers there, and starts a Redis Cluster of 3
-# masters and 3 replicas on ports KEYCAP_CLUSTER_PORT..+5 (default 30001-30006).
+# masters and 3 replicas on ports KEYCAP_CLUSTER_PORT..+5 (default 30001-30006),
+# and a Redis Sentinel on KEYCAP_SENTINEL_PORT (default 30100) that monitors the
+# Redis above as master "keycap-test".
 # It records what it started under $KEYCAP_SERVICES_DIR (default
 # /tmp/keycap-services) so that "down" stops exactly that.
 #
@@ -16,6 +18,8 @@ set -euo pipefail
 DIR=${KEYCAP_SERVICES_DIR:-/tmp/keycap-services}
 CPORT=${KEYCAP_CLUSTER_PORT:-30001}
 REDIS_ADDR=${KEYCAP_REDIS_ADDR:-127.0.0.1:6379}
+SPORT=${KEYCAP_SENTINEL_PORT:-30100}
+SMASTER=keycap-test
 
 log() { echo "services: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -97,6 +101,34 @@ cluster_up() {
   touch "$DIR/cluster/started-by-us"
 }
 
+sentinel_ok() {
+  redis-cli -p "$SPORT" sentinel get-master-addr-by-name "$SMASTER" 2>/dev/null | grep -q .
+}
+
+sentinel_up() {
+  if rping 127.0.0.1 "$SPORT"; then
+    sentinel_ok || die "port $SPORT answers but is not a sentinel watching $SMASTER; set KEYCAP_SENTINEL_PORT"
+    log "Redis Sentinel already running on port $SPORT"
+    return
+  fi
+  local host=${REDIS_ADDR%:*} port=${REDIS_ADDR##*:}
+  mkdir -p "$DIR/sentinel"
+  cat >"$DIR/sentinel/sentinel.conf" <<CONF
+port $SPORT
+bind 127.0.0.1
+daemonize yes
+pidfile $DIR/sentinel/redis.pid
+logfile $DIR/sentinel/sentinel.log
+dir $DIR/sentinel
+sentinel monitor $SMASTER $host $port 1
+sentinel down-after-milliseconds $SMASTER 5000
+CONF
+  log "starting Redis Sentinel on port $SPORT"
+  redis-server "$DIR/sentinel/sentinel.conf" --sentinel
+  wait_for 10 sentinel_ok || die "sentinel did not start (see $DIR/sentinel/sentinel.log)"
+  touch "$DIR/sentinel/started-by-us"
+}
+
 stop_pidfile() {
   local f=$1
   [ -f "$f" ] || return 0
@@ -108,6 +140,11 @@ stop_pidfile() {
 }
 
 down() {
+  if [ -f "$DIR/sentinel/started-by-us" ]; then
+    log "stopping Redis Sentinel"
+    stop_pidfile "$DIR/sentinel/redis.pid"
+    rm -rf "$DIR/sentinel"
+  fi
   if [ -f "$DIR/cluster/started-by-us" ]; then
     log "stopping Redis Cluster"
     for f in "$DIR"/cluster/*/redis.pid; do stop_pidfile "$f"; done
@@ -124,10 +161,13 @@ up() {
   mkdir -p "$DIR"
   redis_up
   cluster_up
+  sentinel_up
   local seeds
   seeds=$(seq -s, -f "127.0.0.1:%g" "$CPORT" $((CPORT + 5)))
   echo "export KEYCAP_REDIS_ADDR=$REDIS_ADDR"
   echo "export KEYCAP_REDIS_CLUSTER=$seeds"
+  echo "export KEYCAP_REDIS_SENTINEL=127.0.0.1:$SPORT"
+  echo "export KEYCAP_REDIS_SENTINEL_MASTER=$SMASTER"
 }
 
 case "${1:-}" in

@@ -2,6 +2,8 @@
 //
 //	KEYCAP_REDIS_ADDR        a Redis server, default 127.0.0.1:6379
 //	KEYCAP_REDIS_CLUSTER     comma-separated seeds of a Redis Cluster
+//	KEYCAP_REDIS_SENTINEL    a Redis Sentinel, watching master
+//	                         KEYCAP_REDIS_SENTINEL_MASTER (default keycap-test)
 //	KEYCAP_POSTGRES_URL      a PostgreSQL database URL
 //	KEYCAP_REQUIRE_SERVICES  "1": a missing service fails the test
 //
@@ -91,6 +93,29 @@ func RedisCluster(t testing.TB) *redis.ClusterClient {
 	if err != nil || !strings.Contains(info, "cluster_state:ok") {
 		Missing(t, "Redis Cluster at %s is not ready: %v %q", strings.Join(seeds, ","), err, info)
 	}
+	return c
+}
+
+// RedisSentinel returns a new failover client that finds the test Redis
+// through the test Sentinel, closed when t ends.
+func RedisSentinel(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := os.Getenv("KEYCAP_REDIS_SENTINEL")
+	if addr == "" {
+		Missing(t, "Redis Sentinel: KEYCAP_REDIS_SENTINEL is not set")
+	}
+	master := os.Getenv("KEYCAP_REDIS_SENTINEL_MASTER")
+	if master == "" {
+		master = "keycap-test"
+	}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            master,
+		SentinelAddrs:         []string{addr},
+		ContextTimeoutEnabled: true,
+		PoolSize:              64,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	ping(t, c, "Redis through Sentinel at "+addr+" (master "+master+")")
 	return c
 }
 
