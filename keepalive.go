@@ -200,6 +200,7 @@ func (k *keeper) renew() {
 	after := l.now()
 
 	var failure error
+	var failed Limit
 	var lost []Event
 	for i, w := range k.work {
 		ls, s, r := w.ls, &w.ls.slots[w.i], &k.batch[i]
@@ -212,8 +213,7 @@ func (k *keeper) renew() {
 		case ls.released:
 		case rerr != nil:
 			if failure == nil {
-				failure = rerr
-				l.storeFailed(s.limit, rerr)
+				failure, failed = rerr, s.limit
 			}
 			if after >= s.deadline {
 				// Not renewed in time: the store has let it go by now.
@@ -230,8 +230,11 @@ func (k *keeper) renew() {
 		}
 		ls.mu.Unlock()
 	}
+	// Observers are called with no lock held.
 	if failure == nil {
 		l.storeAnswered()
+	} else {
+		l.storeFailed(failed, failure)
 	}
 	for _, e := range lost {
 		l.emit(e)
