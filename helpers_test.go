@@ -3,7 +3,6 @@ package keycap_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
@@ -78,44 +78,20 @@ func (f *faultStore) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	return nil
 }
 
-// recorder is an Observer that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []keycap.Event
-}
-
-func (r *recorder) Observe(e keycap.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(k keycap.EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *recorder) last(k keycap.EventKind) (keycap.Event, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := len(r.events) - 1; i >= 0; i-- {
-		if r.events[i].Kind == k {
-			return r.events[i], true
+// last returns the last event of kind k.
+func last(r *keycaptest.Recorder, k keycap.EventKind) (keycap.Event, bool) {
+	ev := r.Events()
+	for i := len(ev) - 1; i >= 0; i-- {
+		if ev[i].Kind == k {
+			return ev[i], true
 		}
 	}
 	return keycap.Event{}, false
 }
 
-func newLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) (*keycap.Limiter, *recorder) {
+func newLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) (*keycap.Limiter, *keycaptest.Recorder) {
 	t.Helper()
-	rec := &recorder{}
+	rec := &keycaptest.Recorder{}
 	l, err := keycap.NewLimiter(s, append([]keycap.Option{keycap.WithObserver(rec)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

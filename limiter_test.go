@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
@@ -66,8 +67,8 @@ func TestMaxZeroRefusesWithoutStoreCall(t *testing.T) {
 	if n := fs.acquires.Load(); n != 0 {
 		t.Fatalf("%d store calls for a max-0 limit", n)
 	}
-	if rec.count(keycap.LimitExceeded) != 1 {
-		t.Fatalf("LimitExceeded reported %d times", rec.count(keycap.LimitExceeded))
+	if rec.Count(keycap.LimitExceeded, "") != 1 {
+		t.Fatalf("LimitExceeded reported %d times", rec.Count(keycap.LimitExceeded, ""))
 	}
 }
 
@@ -87,7 +88,7 @@ func TestAllOrNothing(t *testing.T) {
 		t.Fatalf("lease limits %v guarded %v", got, ls.Guarded())
 	}
 	ls.Release()
-	if a, r := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); a != r || a != 4 {
+	if a, r := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); a != r || a != 4 {
 		t.Fatalf("acquired %d, released %d events; want 4 and 4", a, r)
 	}
 }
@@ -182,7 +183,7 @@ func TestWaitRunsOut(t *testing.T) {
 	if le.Waited < 150*time.Millisecond {
 		t.Fatalf("gave up after %s, before the wait of 150ms", le.Waited)
 	}
-	if e, _ := rec.last(keycap.LimitExceeded); e.Waited != le.Waited {
+	if e, _ := last(rec, keycap.LimitExceeded); e.Waited != le.Waited {
 		t.Fatalf("event waited %s, error %s", e.Waited, le.Waited)
 	}
 }
@@ -218,7 +219,7 @@ func TestCancelEndsWaitAndIsNoStoreFailure(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire = %v, want context.Canceled", err)
 	}
-	if rec.count(keycap.StoreFailed) != 0 {
+	if rec.Count(keycap.StoreFailed, "") != 0 {
 		t.Fatal("a cancelled context was reported as a store failure")
 	}
 }
@@ -236,7 +237,7 @@ func TestCancelDuringStoreCall(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
 		t.Fatalf("Acquire = %v, want context.Canceled only", err)
 	}
-	if rec.count(keycap.StoreFailed) != 0 {
+	if rec.Count(keycap.StoreFailed, "") != 0 {
 		t.Fatal("a cancelled context was reported as a store failure")
 	}
 }
@@ -264,21 +265,21 @@ func TestFailModes(t *testing.T) {
 	if se.Limit.Pool() != closed.Pool() {
 		t.Fatalf("StoreError names %s", se.Limit)
 	}
-	if n := rec.count(keycap.StoreFailed); n != 1 {
+	if n := rec.Count(keycap.StoreFailed, ""); n != 1 {
 		t.Fatalf("StoreFailed reported %d times in one outage, want 1", n)
 	}
-	if n := rec.count(keycap.SlotAcquired) + rec.count(keycap.SlotReleased); n != 0 {
+	if n := rec.Count(keycap.SlotAcquired, "") + rec.Count(keycap.SlotReleased, ""); n != 0 {
 		t.Fatalf("%d slot events for slots never taken", n)
 	}
 
 	fs.fail.Store(false)
 	acquire(t, l, closed).Release()
-	if n := rec.count(keycap.StoreRecovered); n != 1 {
+	if n := rec.Count(keycap.StoreRecovered, ""); n != 1 {
 		t.Fatalf("StoreRecovered reported %d times, want 1", n)
 	}
 	fs.fail.Store(true)
 	acquire(t, l, open).Release()
-	if n := rec.count(keycap.StoreFailed); n != 2 {
+	if n := rec.Count(keycap.StoreFailed, ""); n != 2 {
 		t.Fatalf("second outage: StoreFailed reported %d times in all, want 2", n)
 	}
 }
@@ -357,13 +358,13 @@ func TestLeaseLostOnRenewal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lost() not closed")
 	}
-	e, ok := rec.last(keycap.LeaseLost)
+	e, ok := last(rec, keycap.LeaseLost)
 	if !ok || e.Limit.Pool() != lim.Pool() {
 		t.Fatalf("LeaseLost event %v %+v", ok, e)
 	}
 	<-ls.Lost() // a second call returns a closed channel too
 	ls.Release()
-	if a, r := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); a != 1 || r != 1 {
+	if a, r := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); a != 1 || r != 1 {
 		t.Fatalf("acquired %d, released %d: unbalanced", a, r)
 	}
 }
@@ -379,8 +380,8 @@ func TestLeaseLostWhenRenewalFailsPastTTL(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("lease not marked lost while the store could not renew it")
 	}
-	if rec.count(keycap.StoreFailed) != 1 {
-		t.Fatalf("StoreFailed reported %d times", rec.count(keycap.StoreFailed))
+	if rec.Count(keycap.StoreFailed, "") != 1 {
+		t.Fatalf("StoreFailed reported %d times", rec.Count(keycap.StoreFailed, ""))
 	}
 	fs.fail.Store(false)
 	ls.Release()
@@ -396,10 +397,10 @@ func TestReleaseIsIdempotent(t *testing.T) {
 		wg.Go(ls.Release)
 	}
 	wg.Wait()
-	if n := rec.count(keycap.SlotReleased); n != 1 {
+	if n := rec.Count(keycap.SlotReleased, ""); n != 1 {
 		t.Fatalf("SlotReleased reported %d times", n)
 	}
-	if e, _ := rec.last(keycap.SlotReleased); e.Held <= 0 || e.Limit.Key() != "k" {
+	if e, _ := last(rec, keycap.SlotReleased); e.Held <= 0 || e.Limit.Key() != "k" {
 		t.Fatalf("SlotReleased event %+v", e)
 	}
 	acquire(t, l, lim).Release()
@@ -417,7 +418,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 		}()
 		_ = l.Do(context.Background(), func(context.Context) error { panic("boom") }, lim)
 	}()
-	if a, r := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); a != 1 || r != 1 {
+	if a, r := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); a != 1 || r != 1 {
 		t.Fatalf("acquired %d, released %d after a panic", a, r)
 	}
 	want := errors.New("fn failed")
@@ -428,7 +429,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 
 func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 	t.Parallel()
-	rec := &recorder{}
+	rec := &keycaptest.Recorder{}
 	panicky := keycap.ObserverFunc(func(e keycap.Event) {
 		if e.Kind == keycap.SlotAcquired && e.Limit.Name() == "b" {
 			panic("observer")
@@ -450,7 +451,7 @@ func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 	}()
 	// a was reported acquired, then released; b's SlotAcquired panicked
 	// (rec saw it first), and both slots are free again.
-	if acq, rel := rec.count(keycap.SlotAcquired), rec.count(keycap.SlotReleased); acq != 2 || rel != 1 {
+	if acq, rel := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); acq != 2 || rel != 1 {
 		t.Fatalf("acquired %d, released %d", acq, rel)
 	}
 	acquire(t, l, a).Release()

@@ -1,0 +1,94 @@
+package httplimit
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// DefaultRetryAfter is the Retry-After of a refusal when Slots sets none.
+const DefaultRetryAfter = time.Second
+
+// Slots is one limit on the requests in flight: at most Max per key. Build it
+// with Max and refine it with its methods, each of which returns a modified
+// copy:
+//
+//	httplimit.Max(3).By("team:" + teamID).Wait(2 * time.Second).RetryAfter(5 * time.Second)
+//
+// Values are checked when a request is limited; an invalid one (a negative
+// max, say) makes that request fail with a logged 500 that names it.
+type Slots struct {
+	max        int
+	key        string
+	keySet     bool
+	wait       time.Duration
+	ttl        time.Duration
+	retryAfter time.Duration
+	retrySet   bool
+	fail       keycap.FailMode
+	respond    ResponseFunc
+}
+
+// ResponseFunc writes the response to a refused request. err names the limit
+// that refused and how long the request waited. The Retry-After header is
+// already set on w when it runs (and may be changed); the handler does not
+// run.
+type ResponseFunc func(w http.ResponseWriter, r *http.Request, err *keycap.LimitError)
+
+// Max returns a limit of n requests in flight per key, for the default key:
+// the authenticated user, else the client's IP address. n may be 0: such a
+// limit refuses every request, at once.
+func Max(n int) Slots { return Slots{max: n} }
+
+// By counts the limit against key instead of the default key. Keys may be any
+// bytes; prefix them by kind ("team:42") so that different kinds never share
+// a pool.
+func (s Slots) By(key string) Slots { s.key, s.keySet = key, true; return s }
+
+// Wait lets a request wait up to d for a slot before it is refused. A waiting
+// request holds no slot, but it holds its connection and goroutine: keep it
+// short. Default 0.
+func (s Slots) Wait(d time.Duration) Slots { s.wait = d; return s }
+
+// TTL sets how long a slot lives if its process dies without releasing it
+// (default keycap.DefaultTTL). A request that runs longer keeps its slot: it
+// is renewed while the handler runs.
+func (s Slots) TTL(d time.Duration) Slots { s.ttl = d; return s }
+
+// RetryAfter sets the Retry-After header of a refusal, rounded up to whole
+// seconds (default DefaultRetryAfter). 0 sends no header.
+func (s Slots) RetryAfter(d time.Duration) Slots { s.retryAfter, s.retrySet = d, true; return s }
+
+// Respond replaces the default 429 response of a refusal by this limit.
+func (s Slots) Respond(fn ResponseFunc) Slots { s.respond = fn; return s }
+
+// FailOpen runs the handler without a slot when the store fails.
+func (s Slots) FailOpen() Slots { s.fail = keycap.FailOpen; return s }
+
+// FailClosed answers 503 Service Unavailable when the store fails.
+func (s Slots) FailClosed() Slots { s.fail = keycap.FailClosed; return s }
+
+func (s Slots) retry() time.Duration {
+	if s.retrySet {
+		return s.retryAfter
+	}
+	return DefaultRetryAfter
+}
+
+// Rule is what a LimitFunc returns for a request: a Slots, several of them
+// (All), or nil for no limit on this request.
+type Rule interface {
+	slots() []Slots
+}
+
+func (s Slots) slots() []Slots { return []Slots{s} }
+
+// All returns a rule of several limits, all of which must grant a slot. When
+// one refuses, the slots already taken are released before the request is
+// refused: a request never holds one slot while it waits for another.
+func All(slots ...Slots) Rule { return all(slots) }
+
+type all []Slots
+
+func (a all) slots() []Slots { return a }
