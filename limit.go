@@ -52,22 +52,35 @@ type Limit struct {
 	pool PoolID
 }
 
-// A LimitOption sets an optional field of a Limit.
-type LimitOption func(*Limit)
+// A LimitOption sets an optional field of a Limit. (It is a value, not a
+// function, so that building a limit costs no allocation.)
+type LimitOption struct {
+	field limitField
+	d     time.Duration
+	m     FailMode
+}
+
+type limitField uint8
+
+const (
+	fieldTTL limitField = iota + 1
+	fieldWait
+	fieldFail
+)
 
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
 // crashed process, a lost network). Holders renew at about a third of it, so a
 // TTL can be short. Default DefaultTTL; at least MinTTL.
-func WithTTL(ttl time.Duration) LimitOption { return func(l *Limit) { l.ttl = ttl } }
+func WithTTL(ttl time.Duration) LimitOption { return LimitOption{field: fieldTTL, d: ttl} }
 
 // WithWait lets Acquire wait up to d for a slot of this limit before it
 // refuses. A waiter holds no slot and reserves nothing. Default 0: refuse at
 // once. Not negative.
-func WithWait(d time.Duration) LimitOption { return func(l *Limit) { l.wait = d } }
+func WithWait(d time.Duration) LimitOption { return LimitOption{field: fieldWait, d: d} }
 
 // WithFailMode sets what happens when the store cannot answer for this limit.
 // Default FailDefault, which defers to the Limiter.
-func WithFailMode(m FailMode) LimitOption { return func(l *Limit) { l.fail = m } }
+func WithFailMode(m FailMode) LimitOption { return LimitOption{field: fieldFail, m: m} }
 
 // NewLimit returns a limit of max concurrent leases for key in the pool family
 // name. name must not be empty; key may be any bytes, the empty string
@@ -76,7 +89,14 @@ func WithFailMode(m FailMode) LimitOption { return func(l *Limit) { l.fail = m }
 func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 	l := Limit{name: name, key: key, max: max, ttl: DefaultTTL}
 	for _, o := range opts {
-		o(&l)
+		switch o.field {
+		case fieldTTL:
+			l.ttl = o.d
+		case fieldWait:
+			l.wait = o.d
+		case fieldFail:
+			l.fail = o.m
+		}
 	}
 	if err := l.validate(); err != nil {
 		return Limit{}, err

@@ -2,8 +2,10 @@ package keycap_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -486,5 +488,21 @@ func TestPoolIDs(t *testing.T) {
 	}
 	if a, b := keycap.NewOwner(), keycap.NewOwner(); a == b {
 		t.Fatal("two owner tokens are equal")
+	}
+}
+
+func TestPoolIDLongAndShortPathsAgree(t *testing.T) {
+	t.Parallel()
+	// Keys on both sides of the stack buffer's size hash as one function.
+	for _, n := range []int{0, 1, 200, 245, 246, 247, 248, 300, 5000} {
+		key := strings.Repeat("k", n)
+		h := sha256.New()
+		h.Write([]byte{byte(len("name"))})
+		h.Write([]byte("name" + key))
+		var want keycap.PoolID
+		copy(want[:], h.Sum(nil))
+		if got := keycap.NewPoolID("name", key); got != want {
+			t.Fatalf("key of %d bytes: %s, want %s", n, got, want)
+		}
 	}
 }

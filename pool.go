@@ -16,14 +16,23 @@ type PoolID [16]byte
 // NewPoolID returns the pool identity of (name, key). The name's length is
 // hashed before it, so ("ab", "c") and ("a", "bc") are different pools.
 func NewPoolID(name, key string) PoolID {
-	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(name)))])
-	h.Write([]byte(name))
-	h.Write([]byte(key))
+	prefix := n[:binary.PutUvarint(n[:], uint64(len(name)))]
 	var sum [sha256.Size]byte
+	if total := len(prefix) + len(name) + len(key); total <= 256 {
+		// The common case, hashed from the stack without an allocation.
+		var buf [256]byte
+		b := append(append(append(buf[:0], prefix...), name...), key...)
+		sum = sha256.Sum256(b)
+	} else {
+		h := sha256.New()
+		h.Write(prefix)
+		h.Write([]byte(name))
+		h.Write([]byte(key))
+		h.Sum(sum[:0])
+	}
 	var id PoolID
-	copy(id[:], h.Sum(sum[:0]))
+	copy(id[:], sum[:])
 	return id
 }
 

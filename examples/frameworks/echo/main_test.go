@@ -1,0 +1,9 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/keycap/keycap/examples/frameworks/internal/capcheck"
+)
+
+func TestCapHolds(t *testing.T) { capcheck.ThreeAtOnce(t, newServer(newLimits()), "/reports/42") }

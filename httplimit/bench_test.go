@@ -1,0 +1,147 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/httplimit"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/redisstore"
+)
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })
+
+func benchLimiters(b *testing.B, store keycap.Store) *httplimit.Limiters {
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ls, err := httplimit.New(l)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// One key per client, with room: the row measures the middleware, not
+	// refusals.
+	_ = ls.For("api", func(r *http.Request) httplimit.Rule {
+		return httplimit.Max(1000).By(r.Header.Get("X-User"))
+	})
+	return ls
+}
+
+// BenchmarkThroughput measures requests per second through a real HTTP
+// server on loopback, with the middleware on memstore and bare, in
+// alternating rounds of the same benchmark so that drift in the machine's
+// speed touches both alike. limited/bare is the ratio of the two rates.
+func BenchmarkThroughput(b *testing.B) {
+	ls := benchLimiters(b, memstore.New())
+	bare := httptest.NewServer(hello)
+	defer bare.Close()
+	limited := httptest.NewServer(ls.Must("api")(hello))
+	defer limited.Close()
+	for _, g := range []int{1, 16} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			hc := client(g)
+			get := func(url, user string) error {
+				r, _ := http.NewRequest(http.MethodGet, url, nil)
+				r.Header.Set("X-User", user)
+				resp, err := hc.Do(r)
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("status %d", resp.StatusCode)
+				}
+				return nil
+			}
+			run := func(url string, n int) time.Duration {
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				start := time.Now()
+				for w := range g {
+					wg.Go(func() {
+						user := fmt.Sprint(w)
+						for next.Add(1) <= int64(n) {
+							if err := get(url, user); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return time.Since(start)
+			}
+			run(bare.URL, 100)
+			run(limited.URL, 100)
+			var bareTime, limitedTime time.Duration
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				n := min(b.N-done, 500)
+				bareTime += run(bare.URL, n)
+				limitedTime += run(limited.URL, n)
+				done += n
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(bareTime)/float64(limitedTime), "limited/bare")
+			b.ReportMetric(float64(b.N)/limitedTime.Seconds(), "limited-req/s")
+			b.ReportMetric(float64(b.N)/bareTime.Seconds(), "bare-req/s")
+		})
+	}
+}
+
+// BenchmarkOverhead measures the middleware called in-process, without a
+// network: what it adds to each request.
+func BenchmarkOverhead(b *testing.B) {
+	ls := benchLimiters(b, memstore.New())
+	for _, h := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"bare", hello},
+		{"memstore", ls.Must("api")(hello)},
+	} {
+		b.Run(h.name, func(b *testing.B) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("X-User", "u")
+			b.ReportAllocs()
+			for b.Loop() {
+				h.h.ServeHTTP(httptest.NewRecorder(), r)
+			}
+		})
+	}
+}
+
+// BenchmarkRedisRoundTrips counts the Redis round trips each request adds
+// (rt/op): one acquire and one release.
+func BenchmarkRedisRoundTrips(b *testing.B) {
+	c := testenv.Redis(b)
+	store, err := redisstore.New(c, redisstore.WithPrefix(testenv.Prefix(b, c)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := benchLimiters(b, store).Must("api")(hello)
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-User", "u")
+	h.ServeHTTP(httptest.NewRecorder(), r) // load the script, open a connection
+	rt := testenv.CountRoundTrips(c)
+	before := rt.Load()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+	b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "rt/op")
+}

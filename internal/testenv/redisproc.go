@@ -1,0 +1,100 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisProcess is a redis-server of a test's own, on a loopback port, that
+// the test can kill and start again to cause an outage.
+type RedisProcess struct {
+	t    testing.TB
+	Addr string
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts a redis-server for t on a free loopback port and stops it
+// when t ends. It needs the redis-server binary (scripts/test installs it).
+func StartRedis(t testing.TB) *RedisProcess {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		Missing(t, "redis-server binary: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	p := &RedisProcess{t: t, Addr: addr, dir: t.TempDir()}
+	p.Start()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Start starts the server (again) on its address and waits until it answers.
+func (p *RedisProcess) Start() {
+	p.t.Helper()
+	_, port, _ := net.SplitHostPort(p.Addr)
+	p.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port,
+		"--save", "", "--appendonly", "no", "--dir", p.dir,
+		"--logfile", filepath.Join(p.dir, "redis.log"))
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatalf("starting redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
+			p.t.Fatalf("redis-server on %s did not answer: %v\n%s", p.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would, and waits for it
+// to exit. Killing a stopped server does nothing.
+func (p *RedisProcess) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+// Options returns client options for the server that fail fast when it is
+// down, so an outage shows within a request's time.
+func (p *RedisProcess) Options() *redis.Options {
+	return &redis.Options{
+		Addr:                  p.Addr,
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		PoolSize:              64,
+	}
+}
+
+// String returns the server's address.
+func (p *RedisProcess) String() string { return fmt.Sprintf("redis-server %s", p.Addr) }

@@ -1,0 +1,138 @@
+package promobserver_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/promobserver"
+)
+
+type flaky struct {
+	keycap.Store
+	down bool
+}
+
+func (f *flaky) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	if f.down {
+		return false, errors.New("down")
+	}
+	return f.Store.Acquire(ctx, p, o, max, ttl)
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := promobserver.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &flaky{Store: memstore.New()}
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	exports := keycap.MustLimit("exports", "user:1", 1)
+	a, err := l.Acquire(ctx, exports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, keycap.MustLimit("exports", "user:2", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, exports); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatal(err)
+	}
+	a.Release()
+	store.down = true
+	_, _ = l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1))
+	_, _ = l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1))
+
+	// Every series of a limit name exists from its first event, zeros
+	// included, so that rates and ratios work from the start.
+	want := `
+# HELP keycap_limit_exceeded_total Slots refused because the pool was full.
+# TYPE keycap_limit_exceeded_total counter
+keycap_limit_exceeded_total{limit="exports"} 1
+keycap_limit_exceeded_total{limit="reports"} 0
+# HELP keycap_slots_acquired_total Slots granted.
+# TYPE keycap_slots_acquired_total counter
+keycap_slots_acquired_total{limit="exports"} 2
+keycap_slots_acquired_total{limit="reports"} 0
+# HELP keycap_slots_in_use Slots held by this process.
+# TYPE keycap_slots_in_use gauge
+keycap_slots_in_use{limit="exports"} 1
+keycap_slots_in_use{limit="reports"} 0
+# HELP keycap_slots_released_total Slots released.
+# TYPE keycap_slots_released_total counter
+keycap_slots_released_total{limit="exports"} 1
+keycap_slots_released_total{limit="reports"} 0
+# HELP keycap_store_failures_total Store outages, counted at their first failure, by the limit that met it.
+# TYPE keycap_store_failures_total counter
+keycap_store_failures_total{limit="exports"} 0
+keycap_store_failures_total{limit="reports"} 1
+# HELP keycap_store_up 0 while the store is failing, else 1.
+# TYPE keycap_store_up gauge
+keycap_store_up 0
+`
+	names := []string{"keycap_limit_exceeded_total", "keycap_slots_acquired_total", "keycap_slots_in_use",
+		"keycap_slots_released_total", "keycap_store_failures_total", "keycap_store_up"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	if h := family(t, reg, "keycap_hold_seconds"); h == nil || h.GetMetric()[0].GetHistogram().GetSampleCount() != 1 {
+		t.Fatalf("hold histogram: %v", h)
+	}
+	// Keys never become labels.
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if strings.Contains(lp.GetValue(), "user:") {
+					t.Fatalf("%s has a key as a label: %v", mf.GetName(), lp)
+				}
+			}
+		}
+	}
+	store.down = false
+	_, _ = l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1))
+	if v := family(t, reg, "keycap_store_up").GetMetric()[0].GetGauge().GetValue(); v != 1 {
+		t.Fatalf("store_up = %v after recovery", v)
+	}
+}
+
+func family(t *testing.T, reg *prometheus.Registry, name string) *dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf
+		}
+	}
+	return nil
+}
+
+func TestRegisteringTwiceFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := promobserver.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := promobserver.New(reg); err == nil {
+		t.Fatal("second registration accepted")
+	}
+	if _, err := promobserver.New(reg, promobserver.WithNamespace("other")); err != nil {
+		t.Fatal(err)
+	}
+}
