@@ -46,3 +46,14 @@ type Renewal struct {
 	Lost bool  // the lease had expired or was unknown: it is gone
 	Err  error // the store could not renew this lease; its fate is unknown
 }
+
+// Marker is a Store that also keeps marks: named start times that every
+// client of the store shares, read by the store's clock. joblimit uses them
+// to bound how long a job may keep waiting, whichever server runs each of its
+// attempts. memstore and redisstore implement it.
+type Marker interface {
+	// Mark starts the mark id unless it is running, and returns its age: how
+	// long ago it started, by the store's clock (0 when this call started
+	// it). A mark is forgotten ttl after it started. One round trip.
+	Mark(ctx context.Context, id PoolID, ttl time.Duration) (time.Duration, error)
+}

@@ -53,27 +53,6 @@ func newInstance(t *testing.T, client redis.UniversalClient, prefix string, regi
 	return &instance{srv: srv, rec: rec}
 }
 
-// concurrency counts, per key, the requests inside the handler, across every
-// server of a test.
-type concurrency struct {
-	mu     sync.Mutex
-	inside map[string]int
-	peak   map[string]int
-}
-
-func (c *concurrency) enter(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.inside[key]++
-	c.peak[key] = max(c.peak[key], c.inside[key])
-}
-
-func (c *concurrency) leave(key string) {
-	c.mu.Lock()
-	c.inside[key]--
-	c.mu.Unlock()
-}
-
 func client(conns int) *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 30 * time.Second}
 }
@@ -86,12 +65,12 @@ func TestLoadAcrossTwoServers(t *testing.T) {
 	t.Parallel()
 	const clients, keys, max, perClient = 200, 20, 3, 15
 	prefix := testenv.Prefix(t, testenv.Redis(t))
-	conc := &concurrency{inside: map[string]int{}, peak: map[string]int{}}
+	conc := testenv.NewConcurrency()
 	work := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-User")
-		conc.enter(key)
+		conc.Enter(key)
 		time.Sleep(3 * time.Millisecond) // the work
-		conc.leave(key)
+		conc.Leave(key)
 		_, _ = io.WriteString(w, "ok")
 	})
 	register := func(ls *httplimit.Limiters) {
@@ -137,7 +116,7 @@ func TestLoadAcrossTwoServers(t *testing.T) {
 		t.Fatalf("%d answers of %d", ok.Load()+refused.Load(), clients*perClient)
 	}
 	reachedCap := 0
-	for key, p := range conc.peak {
+	for key, p := range conc.Peaks() {
 		if p > max {
 			t.Errorf("key %s: %d requests in flight at once, max %d", key, p, max)
 		}

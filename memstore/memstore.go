@@ -32,9 +32,12 @@ type Store struct {
 type shard struct {
 	mu        sync.Mutex
 	pools     map[keycap.PoolID]*pool
+	marks     map[keycap.PoolID]mark
 	lastSweep time.Duration
-	_         [64 - 24]byte // keep shards on separate cache lines
+	_         [64 - 32]byte // keep shards on separate cache lines
 }
+
+type mark struct{ start, expires time.Duration }
 
 // pool holds the live leases of one pool. Limits are small (1 to a few
 // dozen), so a slice scanned in full beats any index.
@@ -64,11 +67,15 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].pools = make(map[keycap.PoolID]*pool)
+		s.shards[i].marks = make(map[keycap.PoolID]mark)
 	}
 	return s
 }
 
-var _ keycap.Store = (*Store)(nil)
+var (
+	_ keycap.Store  = (*Store)(nil)
+	_ keycap.Marker = (*Store)(nil)
+)
 
 func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[0]] }
 
@@ -122,6 +129,20 @@ func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
 		sh.mu.Unlock()
 	}
 	return nil
+}
+
+// Mark implements keycap.Marker. It never blocks and ignores ctx.
+func (s *Store) Mark(_ context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, error) {
+	now := s.clock()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.maybeSweep(now)
+	if m, ok := sh.marks[id]; ok && m.expires > now {
+		return now - m.start, nil
+	}
+	sh.marks[id] = mark{start: now, expires: now + ttl}
+	return 0, nil
 }
 
 // Pools returns the number of pools the store keeps in memory, idle ones not
@@ -178,8 +199,8 @@ func (pl *pool) remove(i int) {
 	pl.leases = pl.leases[:last]
 }
 
-// maybeSweep drops the shard's pools that hold no live lease, at most once per
-// sweepEvery. The caller holds sh.mu.
+// maybeSweep drops the shard's pools that hold no live lease, and its expired
+// marks, at most once per sweepEvery. The caller holds sh.mu.
 func (sh *shard) maybeSweep(now time.Duration) {
 	if now-sh.lastSweep < sweepEvery {
 		return
@@ -195,6 +216,11 @@ func (sh *shard) maybeSweep(now time.Duration) {
 		}
 		if !live {
 			delete(sh.pools, id)
+		}
+	}
+	for id, m := range sh.marks {
+		if m.expires <= now {
+			delete(sh.marks, id)
 		}
 	}
 }

@@ -45,6 +45,10 @@ var (
 	//go:embed renew.lua
 	renewLua    string
 	renewScript = redis.NewScript(renewLua)
+
+	//go:embed mark.lua
+	markLua    string
+	markScript = redis.NewScript(markLua)
 )
 
 // Store is a keycap.Store on Redis.
@@ -53,7 +57,10 @@ type Store struct {
 	prefix string
 }
 
-var _ keycap.Store = (*Store)(nil)
+var (
+	_ keycap.Store  = (*Store)(nil)
+	_ keycap.Marker = (*Store)(nil)
+)
 
 // An Option configures a Store.
 type Option func(*Store) error
@@ -163,10 +170,24 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	return nil
 }
 
+// MarkKey returns the Redis key of the mark id.
+func (s *Store) MarkKey(id keycap.PoolID) string {
+	return s.prefix + "keycap:mark:{" + id.String() + "}"
+}
+
+// Mark implements keycap.Marker: one EVALSHA.
+func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, error) {
+	age, err := markScript.Run(ctx, s.client, []string{s.MarkKey(id)}, ms(ttl)).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: mark: %w", err)
+	}
+	return time.Duration(age) * time.Millisecond, nil
+}
+
 // loadScripts loads every script on every node (go-redis's ClusterClient
 // sends SCRIPT LOAD to each master).
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, renewScript} {
+	for _, sc := range []*redis.Script{acquireScript, renewScript, markScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

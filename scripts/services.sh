@@ -8,7 +8,11 @@
 # 127.0.0.1:6379 when nothing answers there, and starts a Redis Cluster of 3
 # masters and 3 replicas on ports KEYCAP_CLUSTER_PORT..+5 (default 30001-30006),
 # and a Redis Sentinel on KEYCAP_SENTINEL_PORT (default 30100) that monitors the
-# Redis above as master "keycap-test".
+# Redis above as master "keycap-test". For PostgreSQL it uses a server on
+# KEYCAP_PG_SYSTEM (default 127.0.0.1:5432; empty: never) that lets
+# "postgres" in without a password, and otherwise
+# installs PostgreSQL with apt if needed and runs a cluster of its own, with
+# trust authentication, on 127.0.0.1:KEYCAP_PG_PORT (default 30300).
 # It records what it started under $KEYCAP_SERVICES_DIR (default
 # /tmp/keycap-services) so that "down" stops exactly that.
 #
@@ -20,6 +24,8 @@ CPORT=${KEYCAP_CLUSTER_PORT:-30001}
 REDIS_ADDR=${KEYCAP_REDIS_ADDR:-127.0.0.1:6379}
 SPORT=${KEYCAP_SENTINEL_PORT:-30100}
 SMASTER=keycap-test
+PGPORT_OWN=${KEYCAP_PG_PORT:-30300}
+PG_SYSTEM=${KEYCAP_PG_SYSTEM-127.0.0.1:5432}
 
 log() { echo "services: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -129,6 +135,45 @@ CONF
   touch "$DIR/sentinel/started-by-us"
 }
 
+pg_ok() { psql "$1" -Atqc 'select 1' >/dev/null 2>&1; }
+
+# as_pg runs a command as the postgres user when we are root (initdb refuses
+# to run as root), and as ourselves otherwise.
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_up() {
+  command -v psql >/dev/null || apt_install postgresql postgresql-client
+  local own="postgres://postgres@127.0.0.1:$PGPORT_OWN/postgres?sslmode=disable"
+  if [ -n "$PG_SYSTEM" ] && pg_ok "postgres://postgres@$PG_SYSTEM/postgres?sslmode=disable"; then
+    PG_BASE="postgres://postgres@$PG_SYSTEM"
+    log "PostgreSQL already answers on $PG_SYSTEM"
+  elif pg_ok "$own"; then
+    PG_BASE="postgres://postgres@127.0.0.1:$PGPORT_OWN"
+    log "PostgreSQL already answers on 127.0.0.1:$PGPORT_OWN"
+  else
+    local bin
+    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+    [ -x "$bin/initdb" ] || apt_install postgresql
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    chmod 755 "$DIR"
+    mkdir -p "$DIR/pg"
+    [ "$(id -u)" = 0 ] && chown postgres "$DIR/pg"
+    log "starting PostgreSQL on 127.0.0.1:$PGPORT_OWN"
+    as_pg "$bin/initdb" -D "$DIR/pg/data" -A trust -U postgres >"$DIR/pg/initdb.log" 2>&1 \
+      || die "initdb failed (see $DIR/pg/initdb.log)"
+    as_pg "$bin/pg_ctl" -D "$DIR/pg/data" -l "$DIR/pg/postgres.log" -w \
+      -o "-p $PGPORT_OWN -k $DIR/pg -c listen_addresses=127.0.0.1 -c max_connections=300" start >&2 \
+      || die "PostgreSQL did not start (see $DIR/pg/postgres.log)"
+    echo "$bin" >"$DIR/pg/started-by-us"
+    PG_BASE="postgres://postgres@127.0.0.1:$PGPORT_OWN"
+  fi
+  if ! pg_ok "$PG_BASE/keycap_test?sslmode=disable"; then
+    psql "$PG_BASE/postgres?sslmode=disable" -qc 'CREATE DATABASE keycap_test' >&2
+  fi
+}
+
 stop_pidfile() {
   local f=$1
   [ -f "$f" ] || return 0
@@ -140,6 +185,11 @@ stop_pidfile() {
 }
 
 down() {
+  if [ -f "$DIR/pg/started-by-us" ]; then
+    log "stopping PostgreSQL"
+    as_pg "$(cat "$DIR/pg/started-by-us")/pg_ctl" -D "$DIR/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+    rm -rf "$DIR/pg"
+  fi
   if [ -f "$DIR/sentinel/started-by-us" ]; then
     log "stopping Redis Sentinel"
     stop_pidfile "$DIR/sentinel/redis.pid"
@@ -162,12 +212,14 @@ up() {
   redis_up
   cluster_up
   sentinel_up
+  pg_up
   local seeds
   seeds=$(seq -s, -f "127.0.0.1:%g" "$CPORT" $((CPORT + 5)))
   echo "export KEYCAP_REDIS_ADDR=$REDIS_ADDR"
   echo "export KEYCAP_REDIS_CLUSTER=$seeds"
   echo "export KEYCAP_REDIS_SENTINEL=127.0.0.1:$SPORT"
   echo "export KEYCAP_REDIS_SENTINEL_MASTER=$SMASTER"
+  echo "export KEYCAP_POSTGRES_URL='$PG_BASE/keycap_test?sslmode=disable'"
 }
 
 case "${1:-}" in

@@ -65,6 +65,7 @@ func Run(t *testing.T, ns Namespace, opts ...Options) {
 		{"ThousandPools", testManyPools},
 		{"BinaryAndHugeKeys", testKeys},
 		{"LimiterKeepsLeaseAlive", testKeepAlive},
+		{"Marks", testMarks},
 		{"NeverOverMaxUnderContention", func(t *testing.T, open func() keycap.Store) {
 			testContention(t, open, o.ContentionTime)
 		}},
@@ -400,6 +401,61 @@ func testKeepAlive(t *testing.T, open func() keycap.Store) {
 		t.Fatalf("after Release: %v", err)
 	}
 	ls2.Release()
+}
+
+// testMarks checks keycap.Marker, for the stores that implement it: a mark
+// starts once, across clients, ages by the store's clock, and is forgotten
+// after its TTL.
+func testMarks(t *testing.T, open func() keycap.Store) {
+	a, ok := open().(keycap.Marker)
+	if !ok {
+		t.Skip("the store does not implement keycap.Marker")
+	}
+	b := open().(keycap.Marker)
+	mark := func(m keycap.Marker, id string, ttl time.Duration) time.Duration {
+		t.Helper()
+		age, err := m.Mark(ctx(t), keycap.NewPoolID("storetest-mark", id), ttl)
+		if err != nil {
+			t.Fatalf("Mark: %v", err)
+		}
+		return age
+	}
+	if age := mark(a, "x", time.Minute); age != 0 {
+		t.Fatalf("a new mark is %s old, want 0", age)
+	}
+	start := time.Now()
+	time.Sleep(150 * time.Millisecond) // marks age with time: nothing to wait on but time
+	age := mark(b, "x", time.Minute)   // another client sees the same mark
+	if el := time.Since(start); age < 100*time.Millisecond || age > el+time.Second {
+		t.Fatalf("mark is %s old after %s", age, el)
+	}
+	if age := mark(a, "y", time.Minute); age != 0 {
+		t.Fatalf("another mark is %s old, want 0", age)
+	}
+	// Expiry: a mark is forgotten after its TTL, and starts again.
+	mark(a, "short", 100*time.Millisecond)
+	waitFor(t, 3*time.Second, func() bool { return mark(a, "short", 100*time.Millisecond) == 0 })
+
+	// Many clients marking at once: exactly one starts the mark.
+	var started atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		m := open().(keycap.Marker)
+		for range 8 {
+			wg.Go(func() {
+				age, err := m.Mark(context.Background(), keycap.NewPoolID("storetest-mark", "race"), time.Minute)
+				if err != nil {
+					t.Error(err)
+				} else if age == 0 {
+					started.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := started.Load(); n != 1 {
+		t.Fatalf("%d concurrent Marks started the mark, want 1", n)
+	}
 }
 
 // testContention runs several clients, each with several goroutines, that

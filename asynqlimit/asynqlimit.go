@@ -1,0 +1,133 @@
+// Package asynqlimit lets at most N asynq tasks run at once per key, across
+// every server. A task that finds no free slot is retried after the rule's
+// delay without counting as a failure: its Retried counter does not move, and
+// the queue's processed and failed statistics are untouched.
+//
+// Three pieces: handler middleware, and two server settings that make a
+// release a non-failure with the rule's delay:
+//
+//	srv := asynq.NewServer(redisOpt, asynq.Config{
+//		IsFailure:      asynqlimit.IsFailure(nil),
+//		RetryDelayFunc: asynqlimit.RetryDelay(asynq.DefaultRetryDelayFunc),
+//	})
+//	mux := asynq.NewServeMux()
+//	mux.Use(asynqlimit.Middleware(jobs, func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool) {
+//		if t.Type() != "email:send" {
+//			return joblimit.Rule{}, false
+//		}
+//		return joblimit.MustRule(gjson.GetBytes(t.Payload(), "tenant").String(), 2), true
+//	}))
+//
+// Both settings recognise a release with errors.As, so a handler or another
+// middleware may wrap it.
+//
+// asynq's caveat: asynq archives a task whose Retried count has reached its
+// MaxRetry before it looks at IsFailure, even for a non-failure. Releases never
+// move that count, so only tasks whose real failures used up their retries
+// (or that were enqueued with asynq.MaxRetry(0)) are affected; for those the
+// middleware returns an error saying the task could not be released, and asynq
+// archives it with that message — never silently.
+package asynqlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/keycap/keycap/joblimit"
+)
+
+// Middleware returns handler middleware that applies rule(ctx, task) to every
+// task; a task for which rule reports false runs unlimited. The slot TTL
+// follows the task's deadline (its timeout) unless the rule sets one.
+func Middleware(jobs *joblimit.Limiter, rule func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool)) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			r, ok := rule(ctx, t)
+			if !ok {
+				return next.ProcessTask(ctx, t)
+			}
+			id, _ := asynq.GetTaskID(ctx)
+			var timeout time.Duration
+			if d, ok := ctx.Deadline(); ok {
+				timeout = time.Until(d)
+			}
+			err := jobs.Run(ctx, r, joblimit.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout},
+				func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+
+			var rel *joblimit.ReleaseError
+			var skip *joblimit.SkipError
+			switch {
+			case errors.As(err, &rel):
+				retried, _ := asynq.GetRetryCount(ctx)
+				maxRetry, _ := asynq.GetMaxRetry(ctx)
+				if retried >= maxRetry {
+					return &NotReleasableError{Retried: retried, MaxRetry: maxRetry, Err: rel}
+				}
+				return rel
+			case errors.As(err, &skip):
+				return fmt.Errorf("%w: %w", asynq.RevokeTask, skip)
+			}
+			return err
+		})
+	}
+}
+
+// NotReleasableError is returned for a task that found no slot but has no
+// retries left, which asynq archives instead of retrying.
+type NotReleasableError struct {
+	Retried, MaxRetry int
+	Err               *joblimit.ReleaseError
+}
+
+func (e *NotReleasableError) Error() string {
+	return fmt.Sprintf("asynqlimit: task cannot be released, it has no retries left (retried %d of %d), so asynq archives it: %v",
+		e.Retried, e.MaxRetry, e.Err)
+}
+
+// Unwrap returns the refusal's cause (the *keycap.LimitError or
+// *keycap.StoreError), not the release: this error is a real failure.
+func (e *NotReleasableError) Unwrap() error { return e.Err.Err }
+
+// IsFailure returns an asynq Config.IsFailure that reports a released task as
+// no failure, and defers to next for every other error (nil next: every
+// error is a failure, asynq's default).
+func IsFailure(next func(error) bool) func(error) bool {
+	return func(err error) bool {
+		if _, ok := released(err); ok {
+			return false
+		}
+		if next != nil {
+			return next(err)
+		}
+		return err != nil
+	}
+}
+
+// RetryDelay returns an asynq Config.RetryDelayFunc that retries a released
+// task after its rule's delay, and defers to next for every other error (nil
+// next: asynq.DefaultRetryDelayFunc).
+func RetryDelay(next asynq.RetryDelayFunc) asynq.RetryDelayFunc {
+	if next == nil {
+		next = asynq.DefaultRetryDelayFunc
+	}
+	return func(n int, err error, t *asynq.Task) time.Duration {
+		if rel, ok := released(err); ok {
+			return rel.Delay
+		}
+		return next(n, err, t)
+	}
+}
+
+// released finds a release in err's chain; a NotReleasableError is not one.
+func released(err error) (*joblimit.ReleaseError, bool) {
+	var rel *joblimit.ReleaseError
+	var nr *NotReleasableError
+	if errors.As(err, &rel) && !errors.As(err, &nr) {
+		return rel, true
+	}
+	return nil, false
+}

@@ -1,0 +1,277 @@
+package joblimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/keycaptest"
+	"github.com/keycap/keycap/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newLimiter(t *testing.T, store keycap.Store) (*joblimit.Limiter, *keycaptest.Recorder) {
+	t.Helper()
+	rec := &keycaptest.Recorder{}
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	jl, err := joblimit.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jl, rec
+}
+
+// hold runs a job of rule that keeps its slot until the returned function is
+// called.
+func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job joblimit.Job) (release func()) {
+	t.Helper()
+	running, done := make(chan struct{}), make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- jl.Run(context.Background(), rule, job, func(context.Context) error {
+			close(running)
+			<-done
+			return nil
+		})
+	}()
+	select {
+	case <-running:
+	case err := <-errc:
+		t.Fatalf("holding job did not run: %v", err)
+	}
+	return func() {
+		close(done)
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+var job = joblimit.Job{Kind: "SyncCalendar", ID: "1"}
+
+func run(jl *joblimit.Limiter, rule joblimit.Rule, j joblimit.Job) (ran bool, err error) {
+	err = jl.Run(context.Background(), rule, j, func(context.Context) error { ran = true; return nil })
+	return ran, err
+}
+
+func TestNewRuleNamesTheInvalidField(t *testing.T) {
+	t.Parallel()
+	for field, opts := range map[string][]joblimit.Option{
+		"release after": {joblimit.WithReleaseAfter(-time.Second)},
+		"release at":    {joblimit.WithReleaseAt(time.Now().Add(-time.Minute))},
+		"jitter":        {joblimit.WithJitter(-1)},
+		"ttl":           {joblimit.WithTTL(time.Microsecond)},
+		"fail mode":     {joblimit.WithFailMode(9)},
+		"deadline":      {joblimit.WithDeadline(-time.Minute)},
+	} {
+		_, err := joblimit.NewRule("k", 1, opts...)
+		var ie *keycap.InvalidLimitError
+		if !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("%s: got %v", field, err)
+		}
+	}
+	if _, err := joblimit.NewRule("k", -1); err == nil {
+		t.Error("negative limit accepted")
+	}
+	type provider string // an enum-like key type
+	if r := joblimit.MustRule(provider("outlook"), 4, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Limit() != 4 {
+		t.Errorf("rule %v key %q", r, r.Key())
+	}
+}
+
+func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
+	t.Parallel()
+	jl, rec := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("calendar:1", 1, joblimit.WithReleaseAfter(10*time.Second))
+	release := hold(t, jl, rule, job)
+
+	ran, err := run(jl, rule, job)
+	var rel *joblimit.ReleaseError
+	if ran || !errors.As(err, &rel) || !errors.Is(err, joblimit.ErrReleased) || !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("second job: ran %v, err %v; want a ReleaseError", ran, err)
+	}
+	if rel.Delay < 10*time.Second || rel.Delay > 15*time.Second {
+		t.Fatalf("delay %s, want 10 s plus up to 5 s of jitter", rel.Delay)
+	}
+	if rel.Pool != "job:SyncCalendar" || rel.Key != "calendar:1" {
+		t.Fatalf("pool %q key %q", rel.Pool, rel.Key)
+	}
+	// Another kind has its own pool; so has another key.
+	if ran, err := run(jl, rule, joblimit.Job{Kind: "Other", ID: "2"}); !ran || err != nil {
+		t.Fatalf("other kind: %v %v", ran, err)
+	}
+	if ran, err := run(jl, joblimit.MustRule("calendar:2", 1), job); !ran || err != nil {
+		t.Fatalf("other key: %v %v", ran, err)
+	}
+	release()
+	if ran, err := run(jl, rule, job); !ran || err != nil {
+		t.Fatalf("after release: %v %v", ran, err)
+	}
+	if n := rec.Count(keycap.LimitExceeded, "job:SyncCalendar"); n != 1 {
+		t.Fatalf("%d refusals reported", n)
+	}
+	if a, r := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); a != r || a != 4 {
+		t.Fatalf("acquired %d, released %d", a, r)
+	}
+}
+
+func TestSharedPool(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	shared := joblimit.MustRule("stripe", 1, joblimit.WithSharedPool())
+	release := hold(t, jl, shared, joblimit.Job{Kind: "Charge", ID: "1"})
+	defer release()
+	_, err := run(jl, shared, joblimit.Job{Kind: "Refund", ID: "2"})
+	var rel *joblimit.ReleaseError
+	if !errors.As(err, &rel) || rel.Pool != "job" {
+		t.Fatalf("another kind on a shared pool: %v", err)
+	}
+	// A prefix makes another pool.
+	if ran, err := run(jl, joblimit.MustRule("stripe", 1, joblimit.WithSharedPool(), joblimit.WithPrefix("eu:")), job); !ran || err != nil {
+		t.Fatalf("prefixed: %v %v", ran, err)
+	}
+}
+
+func TestDelays(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	at := time.Now().Add(time.Hour)
+	for name, tc := range map[string]struct {
+		rule     joblimit.Rule
+		min, max time.Duration
+	}{
+		"no jitter":   {joblimit.MustRule("a", 0, joblimit.WithReleaseAfter(time.Second), joblimit.WithJitter(0)), time.Second, time.Second},
+		"jitter":      {joblimit.MustRule("b", 0, joblimit.WithReleaseAfter(time.Second), joblimit.WithJitter(3*time.Second)), time.Second, 4 * time.Second},
+		"zero":        {joblimit.MustRule("c", 0, joblimit.WithReleaseAfter(0)), 0, 0},
+		"date":        {joblimit.MustRule("d", 0, joblimit.WithReleaseAt(at)), time.Hour - time.Minute, time.Hour},
+		"date+jitter": {joblimit.MustRule("e", 0, joblimit.WithReleaseAt(at), joblimit.WithJitter(time.Minute)), time.Hour - time.Minute, time.Hour + time.Minute},
+	} {
+		for range 20 {
+			_, err := run(jl, tc.rule, job)
+			var rel *joblimit.ReleaseError
+			if !errors.As(err, &rel) || rel.Delay < tc.min || rel.Delay > tc.max {
+				t.Fatalf("%s: %v, want a delay in [%s, %s]", name, err, tc.min, tc.max)
+			}
+		}
+	}
+}
+
+func TestSkip(t *testing.T) {
+	t.Parallel()
+	jl, rec := newLimiter(t, memstore.New())
+	_, err := run(jl, joblimit.MustRule("k", 0, joblimit.WithSkip()), job)
+	var skip *joblimit.SkipError
+	if !errors.As(err, &skip) || !errors.Is(err, joblimit.ErrSkipped) {
+		t.Fatalf("got %v, want a SkipError", err)
+	}
+	if rec.Count(keycap.LimitExceeded, "") != 1 {
+		t.Fatal("a skipped job is not counted as a refusal")
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("k", 0, joblimit.WithDeadline(200*time.Millisecond))
+	j := joblimit.Job{Kind: "K", ID: "job-7"}
+	start := time.Now()
+	for {
+		_, err := run(jl, rule, j)
+		var de *joblimit.DeadlineError
+		if errors.As(err, &de) {
+			if !errors.Is(err, joblimit.ErrDeadline) || !errors.Is(err, keycap.ErrLimitExceeded) || de.Waited < 200*time.Millisecond {
+				t.Fatalf("deadline error %v (waited %s)", err, de.Waited)
+			}
+			if time.Since(start) < 200*time.Millisecond {
+				t.Fatalf("failed after %s, before the deadline", time.Since(start))
+			}
+			break
+		}
+		if !errors.Is(err, joblimit.ErrReleased) {
+			t.Fatalf("before the deadline: %v", err)
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("never failed")
+		}
+		time.Sleep(20 * time.Millisecond) // the queue's release delay
+	}
+	// Another job has its own clock.
+	if _, err := run(jl, rule, joblimit.Job{Kind: "K", ID: "job-8"}); !errors.Is(err, joblimit.ErrReleased) {
+		t.Fatalf("another job: %v", err)
+	}
+	if _, err := run(jl, rule, joblimit.Job{Kind: "K"}); err == nil || errors.Is(err, joblimit.ErrReleased) {
+		t.Fatalf("a job without an ID cannot have a deadline: %v", err)
+	}
+}
+
+type downStore struct{ keycap.Store }
+
+func (downStore) Acquire(context.Context, keycap.PoolID, keycap.Owner, int, time.Duration) (bool, error) {
+	return false, errors.New("down")
+}
+
+func TestStoreFailure(t *testing.T) {
+	t.Parallel()
+	jl, rec := newLimiter(t, downStore{memstore.New()})
+	if ran, err := run(jl, joblimit.MustRule("k", 1, joblimit.WithFailMode(keycap.FailOpen)), job); !ran || err != nil {
+		t.Fatalf("fail-open: %v %v", ran, err)
+	}
+	ran, err := run(jl, joblimit.MustRule("k", 1, joblimit.WithFailMode(keycap.FailClosed)), job)
+	if ran || !errors.Is(err, joblimit.ErrReleased) || !errors.Is(err, keycap.ErrStoreUnavailable) {
+		t.Fatalf("fail-closed: %v %v", ran, err)
+	}
+	if rec.Count(keycap.StoreFailed, "") != 1 {
+		t.Fatal("outage not reported once")
+	}
+}
+
+func TestWorkErrorsAndPanicsReleaseTheSlot(t *testing.T) {
+	t.Parallel()
+	jl, rec := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("k", 1)
+	want := errors.New("job failed")
+	if err := jl.Run(context.Background(), rule, job, func(context.Context) error { return want }); err != want {
+		t.Fatalf("Run = %v, want the job's own error", err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = jl.Run(context.Background(), rule, job, func(context.Context) error { panic("boom") })
+	}()
+	if ran, err := run(jl, rule, job); !ran || err != nil {
+		t.Fatalf("slot not released: %v %v", ran, err)
+	}
+	if a, r := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); a != 3 || r != 3 {
+		t.Fatalf("acquired %d, released %d", a, r)
+	}
+}
+
+func TestSlotTTL(t *testing.T) {
+	t.Parallel()
+	jl, rec := newLimiter(t, memstore.New())
+	for _, tc := range []struct {
+		rule    joblimit.Rule
+		timeout time.Duration
+		want    time.Duration
+	}{
+		{joblimit.MustRule("a", 1), 0, 70 * time.Second},
+		{joblimit.MustRule("b", 1), 5 * time.Minute, 5*time.Minute + 10*time.Second},
+		{joblimit.MustRule("c", 1, joblimit.WithTTL(time.Second)), 5 * time.Minute, time.Second},
+	} {
+		rec.Reset()
+		_, _ = run(jl, tc.rule, joblimit.Job{Kind: "K", ID: "1", Timeout: tc.timeout})
+		ev := rec.Events()
+		if len(ev) == 0 || ev[0].Limit.TTL() != tc.want {
+			t.Errorf("rule %q, timeout %s: TTL %v, want %s", tc.rule.Key(), tc.timeout, ev, tc.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package joblimit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// Defaults of a Rule.
+const (
+	DefaultReleaseAfter = 10 * time.Second // how long a job with no slot waits before its next try
+	DefaultTTL          = 70 * time.Second // slot TTL when the job's timeout is unknown
+	TTLMargin           = 10 * time.Second // added to a known job timeout to make the slot TTL
+)
+
+// Rule lets at most Limit jobs run at once per key. Build it with NewRule.
+type Rule struct {
+	key          string
+	limit        int
+	releaseAfter time.Duration
+	releaseAt    time.Time
+	jitter       time.Duration
+	jitterSet    bool
+	skip         bool
+	ttl          time.Duration
+	shared       bool
+	prefix       string
+	fail         keycap.FailMode
+	deadline     time.Duration
+}
+
+// An Option sets an optional field of a Rule.
+type Option func(*Rule)
+
+// WithReleaseAfter sets how long a job that finds no free slot waits in the
+// queue before its next try. Default DefaultReleaseAfter, plus jitter.
+func WithReleaseAfter(d time.Duration) Option {
+	return func(r *Rule) { r.releaseAfter, r.releaseAt = d, time.Time{} }
+}
+
+// WithReleaseAt releases a job that finds no free slot until t (no jitter is
+// added unless WithJitter says so).
+func WithReleaseAt(t time.Time) Option {
+	return func(r *Rule) { r.releaseAt = t }
+}
+
+// WithJitter adds a random delay from 0 to d to each release, so that jobs
+// refused together do not come back together. Default: half the release
+// delay, none with WithReleaseAt.
+func WithJitter(d time.Duration) Option { return func(r *Rule) { r.jitter, r.jitterSet = d, true } }
+
+// WithSkip drops a job that finds no free slot instead of releasing it: River
+// cancels it, asynq revokes it. An explicit opt-in; skipped jobs are reported
+// as refusals (keycap.LimitExceeded).
+func WithSkip() Option { return func(r *Rule) { r.skip = true } }
+
+// WithTTL sets the slot TTL: how soon the slot of a job whose worker died
+// frees itself. Default: the job's timeout plus TTLMargin, or DefaultTTL when
+// the timeout is unknown. A running job's slot is renewed, so a job that runs
+// longer never loses its slot.
+func WithTTL(d time.Duration) Option { return func(r *Rule) { r.ttl = d } }
+
+// WithSharedPool counts every job kind that uses the same key (and prefix) in
+// one pool, named "job". By default each kind has its own pools, named
+// "job:<kind>".
+func WithSharedPool() Option { return func(r *Rule) { r.shared = true } }
+
+// WithPrefix puts prefix before the key, to tell pools apart.
+func WithPrefix(prefix string) Option { return func(r *Rule) { r.prefix = prefix } }
+
+// WithFailMode sets what happens when the store fails: keycap.FailOpen runs
+// the job without a slot, keycap.FailClosed releases it (or skips it, with
+// WithSkip) as when no slot is free. Default: the keycap Limiter's.
+func WithFailMode(m keycap.FailMode) Option { return func(r *Rule) { r.fail = m } }
+
+// WithDeadline bounds how long a job may keep waiting for a slot, counted
+// from the first time it found none. Past it, the job fails with an error
+// matching ErrDeadline, through the queue's normal failure path. The wait
+// itself never spends the job's attempts, so the deadline, not a count, bounds
+// it; real errors keep counting against the queue's retry limit. 0 (the
+// default) waits without bound.
+func WithDeadline(d time.Duration) Option { return func(r *Rule) { r.deadline = d } }
+
+// NewRule returns a rule letting at most limit jobs run at once per key. key
+// may be any string, or a string-based enum type. An invalid setting returns
+// a *keycap.InvalidLimitError naming it.
+func NewRule[K ~string](key K, limit int, opts ...Option) (Rule, error) {
+	r := Rule{key: string(key), limit: limit, releaseAfter: DefaultReleaseAfter}
+	for _, o := range opts {
+		o(&r)
+	}
+	invalid := func(field, value, reason string) error {
+		return &keycap.InvalidLimitError{Field: field, Value: value, Reason: reason}
+	}
+	switch {
+	case r.limit < 0:
+		return Rule{}, invalid("limit", strconv.Itoa(r.limit), "must be at least 0")
+	case r.releaseAfter < 0:
+		return Rule{}, invalid("release after", r.releaseAfter.String(), "must be at least 0")
+	case !r.releaseAt.IsZero() && !r.releaseAt.After(time.Now()):
+		return Rule{}, invalid("release at", r.releaseAt.Format(time.RFC3339), "must be in the future")
+	case r.jitter < 0:
+		return Rule{}, invalid("jitter", r.jitter.String(), "must be at least 0")
+	case r.ttl != 0 && r.ttl < keycap.MinTTL:
+		return Rule{}, invalid("ttl", r.ttl.String(), "must be at least "+keycap.MinTTL.String())
+	case r.fail > keycap.FailClosed:
+		return Rule{}, invalid("fail mode", r.fail.String(), "must be FailDefault, FailOpen or FailClosed")
+	case r.deadline < 0:
+		return Rule{}, invalid("deadline", r.deadline.String(), "must be at least 0")
+	}
+	return r, nil
+}
+
+// MustRule is like NewRule but panics on an invalid setting.
+func MustRule[K ~string](key K, limit int, opts ...Option) Rule {
+	r, err := NewRule(key, limit, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// Pool returns the name of the pool a job of kind counts in: "job:<kind>",
+// or "job" for a shared rule.
+func (r Rule) Pool(kind string) string {
+	if r.shared {
+		return "job"
+	}
+	return "job:" + kind
+}
+
+// Key returns the key jobs count against: the prefix and the key.
+func (r Rule) Key() string { return r.prefix + r.key }
+
+// Limit returns how many jobs may run at once per key.
+func (r Rule) Limit() int { return r.limit }
+
+// Deadline returns how long a job may keep waiting for a slot; 0: no bound.
+func (r Rule) Deadline() time.Duration { return r.deadline }
+
+// slotTTL returns the TTL of a slot for a job that may run for timeout.
+func (r Rule) slotTTL(timeout time.Duration) time.Duration {
+	switch {
+	case r.ttl > 0:
+		return r.ttl
+	case timeout > 0:
+		return timeout + TTLMargin
+	}
+	return DefaultTTL
+}
+
+// delay returns how long a refused job waits before its next try.
+func (r Rule) delay() time.Duration {
+	d, jitter := r.releaseAfter, r.releaseAfter/2
+	if !r.releaseAt.IsZero() {
+		d, jitter = max(time.Until(r.releaseAt), 0), 0
+	}
+	if r.jitterSet {
+		jitter = r.jitter
+	}
+	if jitter > 0 {
+		d += rand.N(jitter + 1)
+	}
+	return d
+}
+
+// String describes the rule without its key.
+func (r Rule) String() string {
+	return fmt.Sprintf("at most %d at once per key", r.limit)
+}

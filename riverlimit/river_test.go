@@ -1,0 +1,211 @@
+package riverlimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/riverlimit"
+)
+
+// keyedArgs is a job that counts against its Key.
+type keyedArgs struct {
+	Key int `json:"key"`
+}
+
+func (keyedArgs) Kind() string { return "keyed" }
+
+type keyedWorker struct {
+	river.WorkerDefaults[keyedArgs]
+	conc     *testenv.Concurrency
+	work     time.Duration
+	attempts chan int // the attempt number of each completed run
+}
+
+func (w *keyedWorker) Work(ctx context.Context, job *river.Job[keyedArgs]) error {
+	key := strconv.Itoa(job.Args.Key)
+	w.conc.Enter(key)
+	defer w.conc.Leave(key)
+	select {
+	case <-time.After(w.work): // the job's work
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.attempts <- job.Attempt
+	return nil
+}
+
+// migrate installs River's tables in a schema of the test's own.
+func migrate(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	schema := testenv.Schema(t, pool)
+	migrateTB(t, pool, schema)
+	return schema
+}
+
+func migrateTB(t testing.TB, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(context.Background(), rivermigrate.DirectionUp, nil); err != nil {
+		t.Fatalf("migrating River: %v", err)
+	}
+}
+
+// newJobs returns a joblimit Limiter on the shared Redis, with a client of its
+// own, as another server would have.
+func newJobs(t *testing.T, prefix string) *joblimit.Limiter { return newJobsTB(t, prefix) }
+
+func newJobsTB(t testing.TB, prefix string) *joblimit.Limiter {
+	t.Helper()
+	store, err := redisstore.New(testenv.Redis(t), redisstore.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	jobs, err := joblimit.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
+}
+
+func newClient(t *testing.T, schema string, workers *river.Workers, mw rivertype.WorkerMiddleware, maxWorkers int) (*river.Client[pgx.Tx], *pgxpool.Pool) {
+	t.Helper()
+	pool := testenv.Postgres(t) // a pool of its own, as another server would have
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:            schema,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers:           workers,
+		Middleware:        []rivertype.Middleware{mw},
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, pool
+}
+
+func keyRule(job *rivertype.JobRow) (joblimit.Rule, bool) {
+	if job.Kind != "keyed" {
+		return joblimit.Rule{}, false
+	}
+	var args struct{ Key int }
+	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
+		return joblimit.Rule{}, false
+	}
+	return joblimit.MustRule(fmt.Sprint("key:", args.Key), 2,
+		joblimit.WithReleaseAfter(30*time.Millisecond), joblimit.WithJitter(30*time.Millisecond)), true
+}
+
+// TestTwoClients: 200 jobs over 10 keys with limit 2, worked by two separate
+// River clients (25 workers each, more than the 20 slots) that share
+// PostgreSQL and Redis. The job
+// body counts its own concurrency per key: never above 2. Every job
+// completes, on its first attempt: the snoozes spent no attempt.
+func TestTwoClients(t *testing.T) {
+	t.Parallel()
+	const jobsN, keys, limit = 200, 10, 2
+	schema := migrate(t, testenv.Postgres(t))
+	prefix := testenv.Prefix(t, testenv.Redis(t))
+	conc := testenv.NewConcurrency()
+	attempts := make(chan int, jobsN)
+	var clients []*river.Client[pgx.Tx]
+	var pool *pgxpool.Pool
+	for range 2 {
+		workers := river.NewWorkers()
+		river.AddWorker(workers, &keyedWorker{conc: conc, work: 15 * time.Millisecond, attempts: attempts})
+		c, p := newClient(t, schema, workers, riverlimit.Middleware(newJobs(t, prefix), keyRule), 25)
+		clients, pool = append(clients, c), p
+	}
+	ctx := context.Background()
+	params := make([]river.InsertManyParams, jobsN)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: keyedArgs{Key: i % keys}}
+	}
+	if _, err := clients[0].InsertMany(ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range clients {
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timeout := time.After(2 * time.Minute)
+	for i := range jobsN {
+		select {
+		case a := <-attempts:
+			if a != 1 {
+				t.Errorf("a job completed on attempt %d, want 1: waiting for a slot spent attempts", a)
+			}
+		case <-timeout:
+			t.Fatalf("only %d of %d jobs completed", i, jobsN)
+		}
+	}
+	for _, c := range clients {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := c.Stop(stopCtx); err != nil {
+			t.Error(err)
+		}
+		cancel()
+	}
+
+	for key, p := range conc.Peaks() {
+		if p > limit {
+			t.Errorf("key %s: %d jobs at once, limit %d", key, p, limit)
+		}
+	}
+	var completed, firstAttempt, snoozed, snoozes int
+	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'completed'),
+		count(*) FILTER (WHERE attempt = 1),
+		count(*) FILTER (WHERE metadata ? 'keycap_snoozed_by'),
+		coalesce(sum((metadata->>'snoozes')::int), 0)
+		FROM `+schema+`.river_job`).Scan(&completed, &firstAttempt, &snoozed, &snoozes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs completed, %d on their first attempt; %d jobs snoozed %d times in all", completed, firstAttempt, snoozed, snoozes)
+	if completed != jobsN || firstAttempt != jobsN {
+		t.Fatalf("%d completed, %d on attempt 1; want %d and %d", completed, firstAttempt, jobsN, jobsN)
+	}
+	if snoozes == 0 || snoozed == 0 {
+		t.Fatal("no job was ever refused a slot: the test proved nothing")
+	}
+}
+
+// TestCannotSnoozeOutsideRiver: a job refused outside a River worker (here,
+// the middleware called directly) is an error that says so, not a drop.
+func TestCannotSnoozeOutsideRiver(t *testing.T) {
+	t.Parallel()
+	mw := riverlimit.Limit(newJobs(t, testenv.Prefix(t, testenv.Redis(t))), joblimit.MustRule("k", 0))
+	ran := false
+	err := mw.Work(context.Background(), &rivertype.JobRow{ID: 7, Kind: "keyed"}, func(context.Context) error { ran = true; return nil })
+	var snooze *river.JobSnoozeError
+	if ran || err == nil || errors.As(err, &snooze) || !errors.Is(err, joblimit.ErrReleased) {
+		t.Fatalf("ran %v, err %v; want an error saying the job cannot be snoozed", ran, err)
+	}
+}
