@@ -53,7 +53,43 @@ type Renewal struct {
 // attempts. memstore and redisstore implement it.
 type Marker interface {
 	// Mark starts the mark id unless it is running, and returns its age: how
-	// long ago it started, by the store's clock (0 when this call started
-	// it). A mark is forgotten ttl after it started. One round trip.
-	Mark(ctx context.Context, id PoolID, ttl time.Duration) (time.Duration, error)
+	// long ago it started, by the store's clock. started is true for the one
+	// call that started it (whose age is 0). A mark is forgotten ttl after it
+	// started. One round trip.
+	Mark(ctx context.Context, id PoolID, ttl time.Duration) (age time.Duration, started bool, err error)
+}
+
+// Pauser is a Store that also keeps pauses: per-name "not before" times that
+// every client of the store shares, by the store's clock. The pause package
+// keeps one per API. memstore and redisstore implement it.
+type Pauser interface {
+	// Pause makes id paused for at least d from now: a longer pause already
+	// running is kept, a shorter one is extended, atomically. It returns how
+	// long id is now paused. A pause ends by itself. One round trip.
+	Pause(ctx context.Context, id PoolID, d time.Duration) (time.Duration, error)
+
+	// Paused returns how long id remains paused: 0 when it is not. One round
+	// trip.
+	Paused(ctx context.Context, id PoolID) (time.Duration, error)
+}
+
+// Rate is a pace: at most Events per Period on average, with bursts of up to
+// Burst events (at least 1).
+type Rate struct {
+	Events int
+	Period time.Duration
+	Burst  int
+}
+
+// Valid reports whether every field of r is usable.
+func (r Rate) Valid() bool { return r.Events > 0 && r.Period > 0 && r.Burst > 0 }
+
+// Pacer is a Store that also paces events with the generic cell rate
+// algorithm (GCRA), shared by every client of the store. memstore and
+// redisstore implement it.
+type Pacer interface {
+	// Pace takes one event from id's allowance under rate: it returns 0 when
+	// the event may happen now (and counts it), or how long until it may (and
+	// counts nothing). One round trip.
+	Pace(ctx context.Context, id PoolID, rate Rate) (time.Duration, error)
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/pause"
 )
 
 // Middleware returns handler middleware that applies rule(ctx, task) to every
@@ -50,28 +51,65 @@ func Middleware(jobs *joblimit.Limiter, rule func(ctx context.Context, t *asynq.
 			if !ok {
 				return next.ProcessTask(ctx, t)
 			}
-			id, _ := asynq.GetTaskID(ctx)
-			var timeout time.Duration
-			if d, ok := ctx.Deadline(); ok {
-				timeout = time.Until(d)
-			}
-			err := jobs.Run(ctx, r, joblimit.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout},
-				func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+			err := jobs.Run(ctx, r, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+			return outcome(ctx, err)
+		})
+	}
+}
 
-			var rel *joblimit.ReleaseError
-			var skip *joblimit.SkipError
-			switch {
-			case errors.As(err, &rel):
-				retried, _ := asynq.GetRetryCount(ctx)
-				maxRetry, _ := asynq.GetMaxRetry(ctx)
-				if retried >= maxRetry {
-					return &NotReleasableError{Retried: retried, MaxRetry: maxRetry, Err: rel}
-				}
-				return rel
-			case errors.As(err, &skip):
-				return fmt.Errorf("%w: %w", asynq.RevokeTask, skip)
+// job describes task to joblimit: its type, its ID, and its timeout (the
+// time left before its context's deadline).
+func job(ctx context.Context, t *asynq.Task) joblimit.Job {
+	id, _ := asynq.GetTaskID(ctx)
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	return joblimit.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout}
+}
+
+// outcome turns joblimit's instructions into asynq's: a release is returned
+// as is (IsFailure and RetryDelay recognise it), unless the task has no
+// retries left; a skip revokes the task. Any other error, a
+// *joblimit.DeadlineError included, is a failure.
+func outcome(ctx context.Context, err error) error {
+	var rel *joblimit.ReleaseError
+	var skip *joblimit.SkipError
+	switch {
+	case errors.As(err, &rel):
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		if retried >= maxRetry {
+			return &NotReleasableError{Retried: retried, MaxRetry: maxRetry, Err: rel}
+		}
+		return rel
+	case errors.As(err, &skip):
+		return fmt.Errorf("%w: %w", asynq.RevokeTask, skip)
+	}
+	return err
+}
+
+// RespectPauses returns handler middleware that keeps tasks from calling a
+// paused API ("respect Retry-After"). api names the API a task calls, or
+// reports false for a task that calls none. Before the task runs, a paused
+// API releases it until the pause ends, plus jitter, without a request and
+// without spending a retry. A task that returns a throttling error — a
+// *pause.PausedError from pause.Transport, or a *pause.ThrottledError from
+// Pauses.Check — pauses the API for every server and is released the same
+// way. Other errors go to asynq's own retry rules. It needs the same two
+// server settings as Middleware (IsFailure, RetryDelay).
+//
+// Use it before Middleware (mux.Use(RespectPauses(...), Middleware(...))), so
+// that a task arriving during a pause is released before it takes a slot.
+func RespectPauses(ps *pause.Pauses, api func(ctx context.Context, t *asynq.Task) (string, bool)) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			name, ok := api(ctx, t)
+			if !ok {
+				return next.ProcessTask(ctx, t)
 			}
-			return err
+			err := ps.RunJob(ctx, name, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+			return outcome(ctx, err)
 		})
 	}
 }

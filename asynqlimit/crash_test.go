@@ -19,8 +19,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if testenv.HelperRole() == "asynq-worker" {
+	switch testenv.HelperRole() {
+	case "asynq-worker":
 		os.Exit(crashingWorker())
+	case "asynq-pause-worker":
+		os.Exit(pauseWorker())
 	}
 	os.Exit(m.Run())
 }

@@ -148,10 +148,8 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job Job, work func(contex
 		return err // the context ended, or the limit is invalid
 	}
 	if rule.deadline > 0 {
-		if waited, ok, derr := jl.waited(ctx, pool, job, rule.deadline); derr != nil {
-			return derr
-		} else if ok && waited >= rule.deadline {
-			return &DeadlineError{Pool: pool, Key: key, Waited: waited, Deadline: rule.deadline, Err: err}
+		if err := CheckDeadline(ctx, jl.marks, pool, key, job, rule.deadline, err); err != nil {
+			return err
 		}
 	}
 	if rule.skip {
@@ -160,21 +158,24 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job Job, work func(contex
 	return &ReleaseError{Pool: pool, Key: key, Delay: rule.delay(), Err: err}
 }
 
-// waited returns how long job has been waiting for a slot of pool: the age of
-// its mark, which the first refusal starts. ok is false when the store could
-// not say; the job is then released rather than failed.
-func (jl *Limiter) waited(ctx context.Context, pool string, job Job, deadline time.Duration) (time.Duration, bool, error) {
-	if jl.marks == nil {
-		return 0, false, fmt.Errorf("joblimit: pool %s: a deadline needs a store that keeps marks (keycap.Marker)", pool)
+// CheckDeadline reads how long job has been waiting in pool (for key), starting its
+// clock at its first refusal, and returns a *DeadlineError wrapping cause
+// once the wait exceeds deadline; nil before that. The clock is a mark in
+// marks keyed by the pool and the job's ID, by the store's clock, so it
+// counts whichever server runs each attempt. When the store cannot say, it
+// returns nil: the job is released rather than failed.
+func CheckDeadline(ctx context.Context, marks keycap.Marker, pool, key string, job Job, deadline time.Duration, cause error) error {
+	if marks == nil {
+		return fmt.Errorf("joblimit: pool %s: a deadline needs a store that keeps marks (keycap.Marker)", pool)
 	}
 	if job.ID == "" {
-		return 0, false, fmt.Errorf("joblimit: pool %s: a deadline needs the job's ID", pool)
+		return fmt.Errorf("joblimit: pool %s: a deadline needs the job's ID", pool)
 	}
 	// The mark outlives the deadline, so that a job failed at its deadline and
 	// retried later by its queue is not given a fresh one.
-	age, err := jl.marks.Mark(ctx, keycap.NewPoolID("keycap:job-wait:"+pool, job.ID), 2*deadline+time.Hour)
-	if err != nil {
-		return 0, false, nil
+	age, _, err := marks.Mark(ctx, keycap.NewPoolID("keycap:job-wait:"+pool, job.ID), 2*deadline+time.Hour)
+	if err != nil || age < deadline {
+		return nil
 	}
-	return age, true, nil
+	return &DeadlineError{Pool: pool, Key: key, Waited: age, Deadline: deadline, Err: cause}
 }

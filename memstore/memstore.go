@@ -12,6 +12,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -33,8 +34,10 @@ type shard struct {
 	mu        sync.Mutex
 	pools     map[keycap.PoolID]*pool
 	marks     map[keycap.PoolID]mark
+	pauses    map[keycap.PoolID]time.Duration // pause end
+	rates     map[keycap.PoolID]time.Duration // GCRA theoretical arrival time
 	lastSweep time.Duration
-	_         [64 - 32]byte // keep shards on separate cache lines
+	_         [64 - 48]byte // keep shards on separate cache lines
 }
 
 type mark struct{ start, expires time.Duration }
@@ -68,6 +71,8 @@ func New(opts ...Option) *Store {
 	for i := range s.shards {
 		s.shards[i].pools = make(map[keycap.PoolID]*pool)
 		s.shards[i].marks = make(map[keycap.PoolID]mark)
+		s.shards[i].pauses = make(map[keycap.PoolID]time.Duration)
+		s.shards[i].rates = make(map[keycap.PoolID]time.Duration)
 	}
 	return s
 }
@@ -75,6 +80,8 @@ func New(opts ...Option) *Store {
 var (
 	_ keycap.Store  = (*Store)(nil)
 	_ keycap.Marker = (*Store)(nil)
+	_ keycap.Pauser = (*Store)(nil)
+	_ keycap.Pacer  = (*Store)(nil)
 )
 
 func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[0]] }
@@ -132,16 +139,60 @@ func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
 }
 
 // Mark implements keycap.Marker. It never blocks and ignores ctx.
-func (s *Store) Mark(_ context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, error) {
+func (s *Store) Mark(_ context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
 	now := s.clock()
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.maybeSweep(now)
 	if m, ok := sh.marks[id]; ok && m.expires > now {
-		return now - m.start, nil
+		return now - m.start, false, nil
 	}
 	sh.marks[id] = mark{start: now, expires: now + ttl}
+	return 0, true, nil
+}
+
+// Pause implements keycap.Pauser. It never blocks and ignores ctx.
+func (s *Store) Pause(_ context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
+	now := s.clock()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.maybeSweep(now)
+	end := max(sh.pauses[id], now+d)
+	if end > now {
+		sh.pauses[id] = end
+	}
+	return max(end-now, 0), nil
+}
+
+// Paused implements keycap.Pauser. It never blocks and ignores ctx.
+func (s *Store) Paused(_ context.Context, id keycap.PoolID) (time.Duration, error) {
+	now := s.clock()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return max(sh.pauses[id]-now, 0), nil
+}
+
+// Pace implements keycap.Pacer with GCRA, the algorithm go-redis/redis_rate
+// runs on Redis. It never blocks and ignores ctx.
+func (s *Store) Pace(_ context.Context, id keycap.PoolID, rate keycap.Rate) (time.Duration, error) {
+	if !rate.Valid() {
+		return 0, &keycap.InvalidLimitError{Field: "rate", Value: fmt.Sprintf("%+v", rate), Reason: "events, period and burst must be positive"}
+	}
+	now := s.clock()
+	emission := rate.Period / time.Duration(rate.Events)
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.maybeSweep(now)
+	tat := max(sh.rates[id], now)
+	next := tat + emission
+	if allowAt := next - emission*time.Duration(rate.Burst); now < allowAt {
+		return allowAt - now, nil
+	}
+	sh.rates[id] = next
 	return 0, nil
 }
 
@@ -200,7 +251,7 @@ func (pl *pool) remove(i int) {
 }
 
 // maybeSweep drops the shard's pools that hold no live lease, and its expired
-// marks, at most once per sweepEvery. The caller holds sh.mu.
+// marks, pauses and paces, at most once per sweepEvery. The caller holds sh.mu.
 func (sh *shard) maybeSweep(now time.Duration) {
 	if now-sh.lastSweep < sweepEvery {
 		return
@@ -221,6 +272,16 @@ func (sh *shard) maybeSweep(now time.Duration) {
 	for id, m := range sh.marks {
 		if m.expires <= now {
 			delete(sh.marks, id)
+		}
+	}
+	for id, end := range sh.pauses {
+		if end <= now {
+			delete(sh.pauses, id)
+		}
+	}
+	for id, tat := range sh.rates {
+		if tat <= now {
+			delete(sh.rates, id)
 		}
 	}
 }

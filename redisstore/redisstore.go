@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keycap/keycap"
@@ -49,17 +50,24 @@ var (
 	//go:embed mark.lua
 	markLua    string
 	markScript = redis.NewScript(markLua)
+
+	//go:embed pause.lua
+	pauseLua    string
+	pauseScript = redis.NewScript(pauseLua)
 )
 
 // Store is a keycap.Store on Redis.
 type Store struct {
 	client redis.UniversalClient
 	prefix string
+	rates  *redis_rate.Limiter
 }
 
 var (
 	_ keycap.Store  = (*Store)(nil)
 	_ keycap.Marker = (*Store)(nil)
+	_ keycap.Pauser = (*Store)(nil)
+	_ keycap.Pacer  = (*Store)(nil)
 )
 
 // An Option configures a Store.
@@ -86,7 +94,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: client is nil")
 	}
-	s := &Store{client: client}
+	s := &Store{client: client, rates: redis_rate.NewLimiter(client)}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -176,18 +184,67 @@ func (s *Store) MarkKey(id keycap.PoolID) string {
 }
 
 // Mark implements keycap.Marker: one EVALSHA.
-func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, error) {
+func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
 	age, err := markScript.Run(ctx, s.client, []string{s.MarkKey(id)}, ms(ttl)).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("redisstore: mark: %w", err)
+		return 0, false, fmt.Errorf("redisstore: mark: %w", err)
 	}
-	return time.Duration(age) * time.Millisecond, nil
+	if age < 0 { // this call started it
+		return 0, true, nil
+	}
+	return time.Duration(age) * time.Millisecond, false, nil
+}
+
+// PauseKey returns the Redis key of the pause id.
+func (s *Store) PauseKey(id keycap.PoolID) string {
+	return s.prefix + "keycap:pause:{" + id.String() + "}"
+}
+
+// Pause implements keycap.Pauser: one EVALSHA. The pause is a key whose TTL
+// is what remains of it.
+func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
+	left, err := pauseScript.Run(ctx, s.client, []string{s.PauseKey(id)}, ms(d)).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: pause: %w", err)
+	}
+	return time.Duration(left) * time.Millisecond, nil
+}
+
+// Paused implements keycap.Pauser: one PTTL.
+func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, error) {
+	left, err := s.client.PTTL(ctx, s.PauseKey(id)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: paused: %w", err)
+	}
+	return max(left, 0), nil // -2: no pause; -1 cannot happen (pauses always expire)
+}
+
+// RateKey returns the key of the pace id, as given to go-redis/redis_rate
+// (which puts "rate:" before it).
+func (s *Store) RateKey(id keycap.PoolID) string {
+	return s.prefix + "keycap:rate:{" + id.String() + "}"
+}
+
+// Pace implements keycap.Pacer with go-redis/redis_rate's GCRA script: one
+// EVALSHA on one key, by Redis's clock.
+func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (time.Duration, error) {
+	if !rate.Valid() {
+		return 0, &keycap.InvalidLimitError{Field: "rate", Value: fmt.Sprintf("%+v", rate), Reason: "events, period and burst must be positive"}
+	}
+	res, err := s.rates.Allow(ctx, s.RateKey(id), redis_rate.Limit{Rate: rate.Events, Period: rate.Period, Burst: rate.Burst})
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: pace: %w", err)
+	}
+	if res.Allowed > 0 {
+		return 0, nil
+	}
+	return max(res.RetryAfter, time.Millisecond), nil
 }
 
 // loadScripts loads every script on every node (go-redis's ClusterClient
 // sends SCRIPT LOAD to each master).
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, renewScript, markScript} {
+	for _, sc := range []*redis.Script{acquireScript, renewScript, markScript, pauseScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

@@ -23,8 +23,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if testenv.HelperRole() == "river-worker" {
+	switch testenv.HelperRole() {
+	case "river-worker":
 		os.Exit(crashingWorker())
+	case "river-pause-worker":
+		os.Exit(pauseWorker())
 	}
 	os.Exit(m.Run())
 }

@@ -28,6 +28,9 @@
 // joblimit.WithSkip is cancelled (river.JobCancel). A job past its rule's
 // deadline fails with a *joblimit.DeadlineError, which counts as an attempt
 // like any error.
+//
+// RespectPauses does the same for a paused API (package pause): a job that
+// would call an API that answered 429 is snoozed until the pause ends.
 package riverlimit
 
 import (
@@ -41,6 +44,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/pause"
 )
 
 // An Option configures the middleware.
@@ -87,10 +91,18 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}
 	err := m.jobs.Run(ctx, rule, joblimit.Job{
 		Kind:    job.Kind,
-		ID:      "river:" + strconv.FormatInt(job.ID, 10),
+		ID:      jobID(job),
 		Timeout: m.timeout,
 	}, doInner)
+	return outcome(ctx, job, err)
+}
 
+func jobID(job *rivertype.JobRow) string { return "river:" + strconv.FormatInt(job.ID, 10) }
+
+// outcome turns joblimit's instructions into River's: a release becomes a
+// snooze (no attempt spent), a skip a cancellation. Any other error,
+// *joblimit.DeadlineError included, goes to River as a failure.
+func outcome(ctx context.Context, job *rivertype.JobRow, err error) error {
 	var rel *joblimit.ReleaseError
 	var skip *joblimit.SkipError
 	switch {
@@ -106,4 +118,37 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		return river.JobCancel(skip)
 	}
 	return err
+}
+
+// pauses is the middleware of RespectPauses.
+type pauses struct {
+	river.MiddlewareDefaults
+	ps  *pause.Pauses
+	api func(*rivertype.JobRow) (string, bool)
+}
+
+// RespectPauses returns worker middleware that keeps jobs from calling a
+// paused API ("respect Retry-After"). api names the API a job calls, or
+// reports false for a job that calls none. Before the job runs, a paused API
+// snoozes it until the pause ends, plus jitter, without a request and without
+// spending an attempt. A job that returns a throttling error — a
+// *pause.PausedError from pause.Transport, or a *pause.ThrottledError from
+// Pauses.Check — pauses the API for every worker and is snoozed the same way.
+// Other errors go to River's own retry rules.
+//
+// Put it before the concurrency limit (riverlimit.Middleware) in the
+// middleware list, so that a job arriving during a pause is snoozed before it
+// takes a slot.
+func RespectPauses(ps *pause.Pauses, api func(job *rivertype.JobRow) (string, bool)) rivertype.WorkerMiddleware {
+	return &pauses{ps: ps, api: api}
+}
+
+// Work implements rivertype.WorkerMiddleware.
+func (m *pauses) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	api, ok := m.api(job)
+	if !ok {
+		return doInner(ctx)
+	}
+	err := m.ps.RunJob(ctx, api, joblimit.Job{Kind: job.Kind, ID: jobID(job)}, doInner)
+	return outcome(ctx, job, err)
 }

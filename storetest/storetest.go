@@ -66,6 +66,8 @@ func Run(t *testing.T, ns Namespace, opts ...Options) {
 		{"BinaryAndHugeKeys", testKeys},
 		{"LimiterKeepsLeaseAlive", testKeepAlive},
 		{"Marks", testMarks},
+		{"Pauses", testPauses},
+		{"Pacing", testPacing},
 		{"NeverOverMaxUnderContention", func(t *testing.T, open func() keycap.Store) {
 			testContention(t, open, o.ContentionTime)
 		}},
@@ -412,49 +414,188 @@ func testMarks(t *testing.T, open func() keycap.Store) {
 		t.Skip("the store does not implement keycap.Marker")
 	}
 	b := open().(keycap.Marker)
-	mark := func(m keycap.Marker, id string, ttl time.Duration) time.Duration {
+	mark := func(m keycap.Marker, id string, ttl time.Duration) (time.Duration, bool) {
 		t.Helper()
-		age, err := m.Mark(ctx(t), keycap.NewPoolID("storetest-mark", id), ttl)
+		age, started, err := m.Mark(ctx(t), keycap.NewPoolID("storetest-mark", id), ttl)
 		if err != nil {
 			t.Fatalf("Mark: %v", err)
 		}
-		return age
+		if started && age != 0 {
+			t.Fatalf("the mark was started %s ago by this very call", age)
+		}
+		return age, started
 	}
-	if age := mark(a, "x", time.Minute); age != 0 {
-		t.Fatalf("a new mark is %s old, want 0", age)
+	if _, started := mark(a, "x", time.Minute); !started {
+		t.Fatal("a new mark was not started")
 	}
 	start := time.Now()
-	time.Sleep(150 * time.Millisecond) // marks age with time: nothing to wait on but time
-	age := mark(b, "x", time.Minute)   // another client sees the same mark
-	if el := time.Since(start); age < 100*time.Millisecond || age > el+time.Second {
+	time.Sleep(150 * time.Millisecond)        // marks age with time: nothing to wait on but time
+	age, started := mark(b, "x", time.Minute) // another client sees the same mark
+	if el := time.Since(start); started || age < 100*time.Millisecond || age > el+time.Second {
 		t.Fatalf("mark is %s old after %s", age, el)
 	}
-	if age := mark(a, "y", time.Minute); age != 0 {
-		t.Fatalf("another mark is %s old, want 0", age)
+	if _, started := mark(a, "y", time.Minute); !started {
+		t.Fatal("another mark was not started")
 	}
 	// Expiry: a mark is forgotten after its TTL, and starts again.
 	mark(a, "short", 100*time.Millisecond)
-	waitFor(t, 3*time.Second, func() bool { return mark(a, "short", 100*time.Millisecond) == 0 })
+	waitFor(t, 3*time.Second, func() bool { _, started := mark(a, "short", 100*time.Millisecond); return started })
 
 	// Many clients marking at once: exactly one starts the mark.
-	var started atomic.Int32
+	var starters atomic.Int32
 	var wg sync.WaitGroup
 	for range 4 {
 		m := open().(keycap.Marker)
 		for range 8 {
 			wg.Go(func() {
-				age, err := m.Mark(context.Background(), keycap.NewPoolID("storetest-mark", "race"), time.Minute)
+				_, ok, err := m.Mark(context.Background(), keycap.NewPoolID("storetest-mark", "race"), time.Minute)
 				if err != nil {
 					t.Error(err)
-				} else if age == 0 {
-					started.Add(1)
+				} else if ok {
+					starters.Add(1)
 				}
 			})
 		}
 	}
 	wg.Wait()
-	if n := started.Load(); n != 1 {
+	if n := starters.Load(); n != 1 {
 		t.Fatalf("%d concurrent Marks started the mark, want 1", n)
+	}
+}
+
+// testPauses checks keycap.Pauser: a pause is shared by every client, only
+// ever extends (atomically, under concurrent pausers), and ends by itself.
+func testPauses(t *testing.T, open func() keycap.Store) {
+	a, ok := open().(keycap.Pauser)
+	if !ok {
+		t.Skip("the store does not implement keycap.Pauser")
+	}
+	b := open().(keycap.Pauser)
+	id := keycap.NewPoolID("storetest-pause", "api")
+	paused := func(p keycap.Pauser) time.Duration {
+		t.Helper()
+		d, err := p.Paused(ctx(t), id)
+		if err != nil {
+			t.Fatalf("Paused: %v", err)
+		}
+		return d
+	}
+	pause := func(p keycap.Pauser, d time.Duration) time.Duration {
+		t.Helper()
+		left, err := p.Pause(ctx(t), id, d)
+		if err != nil {
+			t.Fatalf("Pause: %v", err)
+		}
+		return left
+	}
+	if d := paused(a); d != 0 {
+		t.Fatalf("paused %s before any pause", d)
+	}
+	if left := pause(a, 10*time.Second); left < 9*time.Second || left > 10*time.Second {
+		t.Fatalf("Pause(10s) = %s", left)
+	}
+	// Another client sees it; a shorter pause does not shorten it.
+	if left := pause(b, time.Second); left < 9*time.Second {
+		t.Fatalf("a shorter pause shortened a longer one: %s left", left)
+	}
+	if d := paused(b); d < 9*time.Second || d > 10*time.Second {
+		t.Fatalf("other client sees %s", d)
+	}
+	// A longer pause extends it.
+	if left := pause(b, 20*time.Second); left < 19*time.Second {
+		t.Fatalf("a longer pause did not extend: %s", left)
+	}
+	// A pause ends by itself.
+	short := keycap.NewPoolID("storetest-pause", "short")
+	if _, err := a.Pause(ctx(t), short, 150*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, func() bool {
+		d, err := b.Paused(ctx(t), short)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d == 0
+	})
+	// Concurrent pausers: the longest wins, whatever the order.
+	race := keycap.NewPoolID("storetest-pause", "race")
+	var wg sync.WaitGroup
+	for i := range 32 {
+		p := open().(keycap.Pauser)
+		wg.Go(func() {
+			if _, err := p.Pause(context.Background(), race, time.Duration(i+1)*time.Second); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if d, err := a.Paused(ctx(t), race); err != nil || d < 31*time.Second {
+		t.Fatalf("after concurrent pauses of 1..32 s: %s left, %v; want about 32 s", d, err)
+	}
+}
+
+// testPacing checks keycap.Pacer: a burst goes at once, then events are
+// spaced by the rate, across every client.
+func testPacing(t *testing.T, open func() keycap.Store) {
+	a, ok := open().(keycap.Pacer)
+	if !ok {
+		t.Skip("the store does not implement keycap.Pacer")
+	}
+	b := open().(keycap.Pacer)
+	id := keycap.NewPoolID("storetest-pace", "api")
+	rate := keycap.Rate{Events: 10, Period: time.Second, Burst: 3}
+	pace := func(p keycap.Pacer) time.Duration {
+		t.Helper()
+		d, err := p.Pace(ctx(t), id, rate)
+		if err != nil {
+			t.Fatalf("Pace: %v", err)
+		}
+		return d
+	}
+	for i := range 3 {
+		if d := pace([]keycap.Pacer{a, b}[i%2]); d != 0 {
+			t.Fatalf("event %d of the burst must go now, got wait %s", i+1, d)
+		}
+	}
+	d := pace(b)
+	if d <= 0 || d > 150*time.Millisecond {
+		t.Fatalf("after the burst: wait %s, want about 100ms", d)
+	}
+	time.Sleep(d) // the wait the pacer asked for
+	waitFor(t, time.Second, func() bool { return pace(a) == 0 })
+	if _, err := a.Pace(ctx(t), id, keycap.Rate{}); err == nil {
+		t.Fatal("an invalid rate was accepted")
+	}
+
+	// Under load from several clients: over one second, at most the burst
+	// plus the rate's events.
+	load := keycap.NewPoolID("storetest-pace", "load")
+	var allowed atomic.Int64
+	stop := time.Now().Add(time.Second)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 4 {
+		p := open().(keycap.Pacer)
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					d, err := p.Pace(context.Background(), load, rate)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d == 0 {
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	limit := int64(rate.Burst) + int64(elapsed/(rate.Period/time.Duration(rate.Events))) + 1
+	if n := allowed.Load(); n > limit || n < limit-3 {
+		t.Fatalf("%d events allowed in %s, want about %d (burst %d + %d/s)", n, elapsed, limit, rate.Burst, rate.Events)
 	}
 }
 

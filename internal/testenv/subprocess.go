@@ -78,6 +78,9 @@ func (h *Helper) WaitLine(prefix string, timeout time.Duration) (string, bool) {
 	}
 }
 
+// Lines returns the lines the helper prints, as it prints them.
+func (h *Helper) Lines() <-chan string { return h.lines }
+
 // Kill kills the helper with SIGKILL, as a crash would, and waits for it.
 func (h *Helper) Kill() {
 	if h.cmd.Process == nil || h.cmd.ProcessState != nil {

@@ -1,0 +1,239 @@
+package pause
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Defaults of a Transport.
+const (
+	DefaultMaxWaitInPlace = 5 * time.Second
+	DefaultMaxRetries     = 3
+	peekSize              = 4096
+)
+
+// Transport is an http.RoundTripper that keeps every caller, on every server,
+// away from a throttled API. For each request, to the API its name function
+// gives (the request's host by default):
+//
+//   - while the API is paused (or over its rate, with WithRate), the request
+//     waits in place if the wait is short (WithMaxWaitInPlace, default 5 s)
+//     and fits the request context's deadline; otherwise it is refused
+//     without being sent, with a *PausedError carrying the API and the time
+//     it resumes (wrapped in a *url.Error by http.Client; errors.As finds
+//     it);
+//   - a throttled response pauses the API for the wait it announces (a later
+//     short 429 never shortens a longer pause), and a response that says
+//     nothing remains pauses it until its reset, before any 429;
+//   - a throttled request is sent again in place only when the wait is short,
+//     fits the context's deadline, the method is idempotent (GET, HEAD,
+//     OPTIONS, TRACE, PUT, DELETE, or any request with an Idempotency-Key
+//     header; WithRetryAnyMethod for the rest) and the body can be replayed
+//     (no body, or Request.GetBody set, as http.NewRequest does for in-memory
+//     bodies). Otherwise the throttled response is returned to the caller
+//     untouched, its body included.
+//
+// Waits in place end early when the request's context does.
+type Transport struct {
+	ps         *Pauses
+	next       http.RoundTripper
+	api        func(*http.Request) string
+	maxWait    time.Duration
+	anyMethod  bool
+	maxRetries int
+}
+
+// A TransportOption configures a Transport.
+type TransportOption func(*Transport)
+
+// WithAPIName sets how a request names its API: the pause and the pace are
+// shared by every request with the same name. Default: the request's host.
+// Use one name per credential for a vendor that limits per token.
+func WithAPIName(fn func(*http.Request) string) TransportOption {
+	return func(t *Transport) { t.api = fn }
+}
+
+// WithMaxWaitInPlace sets the longest wait a request may spend in place
+// (default DefaultMaxWaitInPlace); 0 never waits in place.
+func WithMaxWaitInPlace(d time.Duration) TransportOption {
+	return func(t *Transport) { t.maxWait = max(d, 0) }
+}
+
+// WithRetryAnyMethod lets non-idempotent requests (POST, PATCH) be sent again
+// after a throttled response, for APIs that refuse throttled requests before
+// acting on them.
+func WithRetryAnyMethod() TransportOption { return func(t *Transport) { t.anyMethod = true } }
+
+// WithMaxRetries bounds how many times one request is sent again in place
+// (default DefaultMaxRetries).
+func WithMaxRetries(n int) TransportOption { return func(t *Transport) { t.maxRetries = max(n, 0) } }
+
+// Transport returns a RoundTripper over next (http.DefaultTransport when
+// nil).
+func (ps *Pauses) Transport(next http.RoundTripper, opts ...TransportOption) *Transport {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	t := &Transport{
+		ps: ps, next: next,
+		api:        func(r *http.Request) string { return r.URL.Host },
+		maxWait:    DefaultMaxWaitInPlace,
+		maxRetries: DefaultMaxRetries,
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	api := t.api(req)
+	for attempt := 0; ; attempt++ {
+		if err := t.await(ctx, api); err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close() // a RoundTripper closes the body, even on error
+			}
+			return nil, err
+		}
+		r := req
+		if attempt > 0 {
+			var err error
+			if r, err = rewind(req); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := t.next.RoundTrip(r)
+		if err != nil {
+			return nil, err
+		}
+		h := t.ps.Hint(resp, peek(resp))
+		switch {
+		case h.Exhausted:
+			t.ps.emit(Event{Kind: Exhausted, API: api, Wait: h.Wait, Source: h.Source})
+			_, _ = t.ps.Pause(ctx, api, h.Wait)
+			return resp, nil
+		case !h.Throttled:
+			return resp, nil
+		}
+		t.ps.emit(Event{Kind: Throttled, API: api, Status: resp.StatusCode, Wait: h.Wait, Source: h.Source})
+		wait := h.Wait
+		if until, err := t.ps.Pause(ctx, api, h.Wait); err == nil {
+			wait = max(time.Until(until), 0)
+		}
+		if attempt >= t.maxRetries || !t.canWait(ctx, wait) || !t.canResend(req) {
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+		t.ps.emit(Event{Kind: RetriedInPlace, API: api, Wait: wait})
+	}
+}
+
+// await returns once api may be called: at once when it is neither paused
+// nor over its rate, after a short wait in place, or with a *PausedError.
+// A store that cannot answer lets the call go (fail open).
+func (t *Transport) await(ctx context.Context, api string) error {
+	for {
+		left, err := t.ps.Paused(ctx, api)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		paced := false
+		if left == 0 {
+			if left, err = t.ps.pace(ctx, api); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			paced = true
+		}
+		if left == 0 {
+			return nil
+		}
+		if !t.canWait(ctx, left) {
+			t.ps.emit(Event{Kind: Refused, API: api, Wait: left, Paced: paced})
+			return &PausedError{API: api, Until: time.Now().Add(left), Paced: paced}
+		}
+		if err := sleep(ctx, left); err != nil {
+			return err
+		}
+	}
+}
+
+// canWait reports whether a wait of d may be spent in place.
+func (t *Transport) canWait(ctx context.Context, d time.Duration) bool {
+	if d > t.maxWait {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Now().Add(d).Before(deadline)
+}
+
+// canResend reports whether req may be sent again.
+func (t *Transport) canResend(req *http.Request) bool {
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	if !replayable {
+		return false
+	}
+	if t.anyMethod || req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != "" {
+		return true
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// rewind returns a copy of req with a fresh body, to send it again.
+func rewind(req *http.Request) (*http.Request, error) {
+	r := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = body
+	}
+	return r, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// peek reads the start of the body of a response that may carry its hint
+// there (429, 403, 503, 529), and puts it back so that the caller reads the
+// body untouched.
+func peek(resp *http.Response) []byte {
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusForbidden, http.StatusServiceUnavailable, 529:
+	default:
+		return nil
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	buf, _ := io.ReadAll(io.LimitReader(resp.Body, peekSize))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+	return buf
+}
