@@ -114,6 +114,25 @@ func RespectPauses(ps *pause.Pauses, api func(ctx context.Context, t *asynq.Task
 	}
 }
 
+// PaceJobs returns handler middleware that runs tasks at their API's rate
+// (pause.WithRate), shared by every server: a task over the rate is released
+// until it is within it, without spending a retry. api names the API a task
+// calls, or reports false for a task that is not paced. The rate counts
+// tasks; pause.Transport's pacing counts requests: use one. It needs the same
+// two server settings as Middleware.
+func PaceJobs(ps *pause.Pauses, api func(ctx context.Context, t *asynq.Task) (string, bool)) asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			name, ok := api(ctx, t)
+			if !ok {
+				return next.ProcessTask(ctx, t)
+			}
+			err := ps.PaceJob(ctx, name, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+			return outcome(ctx, err)
+		})
+	}
+}
+
 // NotReleasableError is returned for a task that found no slot but has no
 // retries left, which asynq archives instead of retrying.
 type NotReleasableError struct {

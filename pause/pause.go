@@ -285,6 +285,24 @@ func (ps *Pauses) RunJob(ctx context.Context, api string, job joblimit.Job, work
 	return err
 }
 
+// PaceJob runs a job that calls api at the API's rate (WithRate): it takes
+// one from the rate, and when none is left it does not run work and returns a
+// *joblimit.ReleaseError for the time until one is (plus jitter), so the job
+// comes back then without spending an attempt. An API without a rate runs at
+// once. Note that the rate counts jobs, and Transport's pacing counts
+// requests: pace a job that makes several calls with one of the two, not both.
+func (ps *Pauses) PaceJob(ctx context.Context, api string, job joblimit.Job, work func(context.Context) error) error {
+	wait, err := ps.pace(ctx, api)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if wait > 0 {
+		ps.emit(Event{Kind: Refused, API: api, Wait: wait, Paced: true})
+		return ps.release(ctx, api, job, wait, &PausedError{API: api, Until: time.Now().Add(wait), Paced: true})
+	}
+	return work(ctx)
+}
+
 func (ps *Pauses) release(ctx context.Context, api string, job joblimit.Job, wait time.Duration, cause error) error {
 	pool := "pause:" + api
 	if ps.deadline > 0 {

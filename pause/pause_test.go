@@ -490,3 +490,26 @@ func TestRunJobDeadline(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the queue's release delay
 	}
 }
+
+func TestPaceJob(t *testing.T) {
+	t.Parallel()
+	ps, _ := newPauses(t, memstore.New(), pause.WithJitter(0), pause.WithRate(func(api string) (keycap.Rate, bool) {
+		return keycap.Rate{Events: 10, Period: time.Second, Burst: 1}, api == "vendor"
+	}))
+	ctx := context.Background()
+	job := joblimit.Job{Kind: "sync", ID: "1"}
+	ran := 0
+	work := func(context.Context) error { ran++; return nil }
+	if err := ps.PaceJob(ctx, "vendor", job, work); err != nil || ran != 1 {
+		t.Fatalf("first job: %v", err)
+	}
+	err := ps.PaceJob(ctx, "vendor", job, work)
+	var rel *joblimit.ReleaseError
+	var pe *pause.PausedError
+	if !errors.As(err, &rel) || !errors.As(err, &pe) || !pe.Paced || rel.Delay <= 0 || rel.Delay > 100*time.Millisecond || ran != 1 {
+		t.Fatalf("second job at once: %v (ran %d)", err, ran)
+	}
+	if err := ps.PaceJob(ctx, "unpaced", job, work); err != nil || ran != 2 {
+		t.Fatalf("an API without a rate: %v", err)
+	}
+}

@@ -152,3 +152,28 @@ func (m *pauses) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 	err := m.ps.RunJob(ctx, api, joblimit.Job{Kind: job.Kind, ID: jobID(job)}, doInner)
 	return outcome(ctx, job, err)
 }
+
+// paces is the middleware of PaceJobs.
+type paces struct {
+	river.MiddlewareDefaults
+	ps  *pause.Pauses
+	api func(*rivertype.JobRow) (string, bool)
+}
+
+// PaceJobs returns worker middleware that runs jobs at their API's rate
+// (pause.WithRate), shared by every worker of every server: a job over the
+// rate is snoozed until it is within it, without spending an attempt. api
+// names the API a job calls, or reports false for a job that is not paced.
+// The rate counts jobs; pace.Transport's pacing counts requests: use one.
+func PaceJobs(ps *pause.Pauses, api func(job *rivertype.JobRow) (string, bool)) rivertype.WorkerMiddleware {
+	return &paces{ps: ps, api: api}
+}
+
+// Work implements rivertype.WorkerMiddleware.
+func (m *paces) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	api, ok := m.api(job)
+	if !ok {
+		return doInner(ctx)
+	}
+	return outcome(ctx, job, m.ps.PaceJob(ctx, api, joblimit.Job{Kind: job.Kind, ID: jobID(job)}, doInner))
+}
