@@ -93,3 +93,51 @@ type Pacer interface {
 	// counts nothing). One round trip.
 	Pace(ctx context.Context, id PoolID, rate Rate) (time.Duration, error)
 }
+
+// NodeID identifies one process (a node) among those sharing a store. A
+// lease owner whose first eight bytes are a node's ID belongs to that node.
+type NodeID [8]byte
+
+// NewNodeID returns the ID of the node named name.
+func NewNodeID(name string) NodeID {
+	p := NewPoolID("keycap:node", name)
+	var n NodeID
+	copy(n[:], p[:8])
+	return n
+}
+
+// NodeOwner returns the owner token of a node's member named name: the node's
+// ID followed by eight bytes of name's hash. The same node and name always
+// give the same token, so acquiring with it is idempotent.
+func NodeOwner(node NodeID, name string) Owner {
+	p := NewPoolID("keycap:member", name)
+	var o Owner
+	copy(o[:8], node[:])
+	copy(o[8:], p[:8])
+	return o
+}
+
+// Syncer is a Store that can make a node's members of a pool exactly the ones
+// the node holds: conncap's heartbeat, which renews a node's live connections
+// and drops its ghosts (members whose release never reached the store) in
+// one pass. memstore and redisstore implement it.
+type Syncer interface {
+	// Sync makes, in each pool of batch, node's members (leases whose owner
+	// starts with node) exactly Members: each is renewed to expire ttl from
+	// now, or added back if the store lost it (even beyond max: the node
+	// holds it), and node's other members are removed. Other nodes' members
+	// are untouched. It makes as few round trips as the store allows: one per
+	// store node. An error that concerns some pools only is set on their Err;
+	// the returned error means that no pool's outcome is known.
+	Sync(ctx context.Context, node NodeID, ttl time.Duration, batch []SyncPool) error
+}
+
+// SyncPool is one pool of a Syncer.Sync batch.
+type SyncPool struct {
+	Pool    PoolID
+	Members []Owner // the node's live members; none empties the node's part
+
+	// Set by the store.
+	Removed int   // ghosts removed: node's members that were not in Members
+	Err     error // the store could not sync this pool
+}

@@ -13,6 +13,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -82,6 +83,7 @@ var (
 	_ keycap.Marker = (*Store)(nil)
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
+	_ keycap.Syncer = (*Store)(nil)
 )
 
 func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[0]] }
@@ -196,6 +198,24 @@ func (s *Store) Pace(_ context.Context, id keycap.PoolID, rate keycap.Rate) (tim
 	return 0, nil
 }
 
+// Sync implements keycap.Syncer. It never blocks and ignores ctx.
+func (s *Store) Sync(_ context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
+	now := s.clock()
+	for i := range batch {
+		sp := &batch[i]
+		sh := s.shard(sp.Pool)
+		sh.mu.Lock()
+		pl := sh.pools[sp.Pool]
+		if pl == nil {
+			pl = &pool{}
+			sh.pools[sp.Pool] = pl
+		}
+		sp.Removed = pl.sync(node, sp.Members, now, now+ttl)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
 // Pools returns the number of pools the store keeps in memory, idle ones not
 // yet reclaimed included.
 func (s *Store) Pools() int {
@@ -233,6 +253,33 @@ func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration)
 		return true
 	}
 	return false
+}
+
+// sync drops expired leases and node's leases not in live, then renews (or
+// adds back) every live lease to expire at expires. It returns how many of
+// node's leases it dropped.
+func (pl *pool) sync(node keycap.NodeID, live []keycap.Owner, now, expires time.Duration) int {
+	kept := pl.leases[:0]
+	removed := 0
+	for _, l := range pl.leases {
+		switch {
+		case l.expires <= now:
+		case [8]byte(l.owner[:8]) == node && !slices.Contains(live, l.owner):
+			removed++
+		default:
+			kept = append(kept, l)
+		}
+	}
+	clear(pl.leases[len(kept):])
+	pl.leases = kept
+	for _, o := range live {
+		if i := pl.find(o); i >= 0 {
+			pl.leases[i].expires = expires
+		} else {
+			pl.leases = append(pl.leases, lease{owner: o, expires: expires})
+		}
+	}
+	return removed
 }
 
 func (pl *pool) find(owner keycap.Owner) int {

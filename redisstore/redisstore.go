@@ -54,6 +54,10 @@ var (
 	//go:embed pause.lua
 	pauseLua    string
 	pauseScript = redis.NewScript(pauseLua)
+
+	//go:embed sync.lua
+	syncLua    string
+	syncScript = redis.NewScript(syncLua)
 )
 
 // Store is a keycap.Store on Redis.
@@ -68,6 +72,7 @@ var (
 	_ keycap.Marker = (*Store)(nil)
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
+	_ keycap.Syncer = (*Store)(nil)
 )
 
 // An Option configures a Store.
@@ -103,6 +108,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// Client returns the client the store uses.
+func (s *Store) Client() redis.UniversalClient { return s.client }
+
 // Key returns the Redis key of pool.
 func (s *Store) Key(pool keycap.PoolID) string {
 	return s.prefix + "keycap:slots:{" + pool.String() + "}"
@@ -132,50 +140,81 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 }
 
 // Renew implements keycap.Store: one pipeline of EVALSHA, which go-redis
-// sends as one round trip per node. If Redis lost its script cache (a restart,
-// SCRIPT FLUSH), the script is loaded and the affected leases are tried once
-// more.
+// sends as one round trip per node.
 func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
-	todo := make([]int, len(batch))
+	return s.pipelined(ctx, renewScript, len(batch),
+		func(i int) (string, []any) {
+			r := &batch[i]
+			return s.Key(r.Pool), []any{r.Owner[:], ms(r.TTL)}
+		},
+		func(i int, n int64, err error) {
+			batch[i].Lost, batch[i].Err = err == nil && n != 1, err
+			if err != nil {
+				batch[i].Err = fmt.Errorf("redisstore: renew: %w", err)
+			}
+		})
+}
+
+// Sync implements keycap.Syncer: one pipeline of EVALSHA, one round trip per
+// node.
+func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
+	return s.pipelined(ctx, syncScript, len(batch),
+		func(i int) (string, []any) {
+			sp := &batch[i]
+			args := make([]any, 0, 2+len(sp.Members))
+			args = append(args, node[:], ms(ttl))
+			for _, m := range sp.Members {
+				args = append(args, m[:])
+			}
+			return s.Key(sp.Pool), args
+		},
+		func(i int, n int64, err error) {
+			batch[i].Removed, batch[i].Err = int(n), err
+			if err != nil {
+				batch[i].Err = fmt.Errorf("redisstore: sync: %w", err)
+			}
+		})
+}
+
+// pipelined runs script once per item (whose key and arguments item gives)
+// in one pipeline, and hands each result to done. If Redis lost its script
+// cache (a restart, SCRIPT FLUSH), the scripts are loaded and the affected
+// items tried once more. It returns an error only when ctx ended, so that no
+// item's outcome is known.
+func (s *Store) pipelined(ctx context.Context, script *redis.Script, n int, item func(i int) (string, []any), done func(i int, result int64, err error)) error {
+	todo := make([]int, n)
 	for i := range todo {
 		todo[i] = i
 	}
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; len(todo) > 0; attempt++ {
 		cmds := make([]*redis.Cmd, len(todo))
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for j, i := range todo {
-				r := &batch[i]
-				cmds[j] = renewScript.EvalSha(ctx, p, []string{s.Key(r.Pool)}, r.Owner[:], ms(r.TTL))
+				key, args := item(i)
+				cmds[j] = script.EvalSha(ctx, p, []string{key}, args...)
 			}
 			return nil
 		})
 		var again []int
 		for j, i := range todo {
-			n, err := cmds[j].Int()
-			switch {
-			case err == nil:
-				batch[i].Lost, batch[i].Err = n != 1, nil
-			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
+			res, err := cmds[j].Int64()
+			if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 				again = append(again, i)
-			default:
-				batch[i].Err = fmt.Errorf("redisstore: renew: %w", err)
+				continue
 			}
+			done(i, res, err)
 		}
-		if len(again) == 0 {
-			break
-		}
-		if err := s.loadScripts(ctx); err != nil {
-			for _, i := range again {
-				batch[i].Err = fmt.Errorf("redisstore: renew: loading script: %w", err)
+		if len(again) > 0 {
+			if err := s.loadScripts(ctx); err != nil {
+				for _, i := range again {
+					done(i, 0, fmt.Errorf("loading script: %w", err))
+				}
+				break
 			}
-			break
 		}
 		todo = again
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return nil
+	return ctx.Err()
 }
 
 // MarkKey returns the Redis key of the mark id.
@@ -244,7 +283,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 // loadScripts loads every script on every node (go-redis's ClusterClient
 // sends SCRIPT LOAD to each master).
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, renewScript, markScript, pauseScript} {
+	for _, sc := range []*redis.Script{acquireScript, renewScript, markScript, pauseScript, syncScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

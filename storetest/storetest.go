@@ -68,6 +68,7 @@ func Run(t *testing.T, ns Namespace, opts ...Options) {
 		{"Marks", testMarks},
 		{"Pauses", testPauses},
 		{"Pacing", testPacing},
+		{"NodeSync", testSync},
 		{"NeverOverMaxUnderContention", func(t *testing.T, open func() keycap.Store) {
 			testContention(t, open, o.ContentionTime)
 		}},
@@ -596,6 +597,69 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 	limit := int64(rate.Burst) + int64(elapsed/(rate.Period/time.Duration(rate.Events))) + 1
 	if n := allowed.Load(); n > limit || n < limit-3 {
 		t.Fatalf("%d events allowed in %s, want about %d (burst %d + %d/s)", n, elapsed, limit, rate.Burst, rate.Events)
+	}
+}
+
+// testSync checks keycap.Syncer: a node's members become exactly its live
+// ones — renewed, restored, ghosts dropped — and other nodes' are untouched.
+func testSync(t *testing.T, open func() keycap.Store) {
+	s := open()
+	sy, ok := s.(keycap.Syncer)
+	if !ok {
+		t.Skip("the store does not implement keycap.Syncer")
+	}
+	nodeA, nodeB := keycap.NewNodeID("a"), keycap.NewNodeID("b")
+	a1, a2, a3 := keycap.NodeOwner(nodeA, "1"), keycap.NodeOwner(nodeA, "2"), keycap.NodeOwner(nodeA, "3")
+	b1 := keycap.NodeOwner(nodeB, "1")
+	if a1 == b1 || keycap.NodeOwner(nodeA, "1") != a1 {
+		t.Fatal("node owners must differ by node and be stable")
+	}
+	p, q := pool("sync-p"), pool("sync-q")
+	const short = 300 * time.Millisecond
+	mustAcquire(t, s, p, a1, 3, short, true)
+	mustAcquire(t, s, p, a2, 3, short, true) // a2 will be a ghost: released where the store never saw it
+	mustAcquire(t, s, p, b1, 3, time.Minute, true)
+	mustAcquire(t, s, q, a3, 1, time.Minute, true)
+
+	batch := []keycap.SyncPool{{Pool: p, Members: []keycap.Owner{a1}}, {Pool: q}}
+	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i, sp := range batch {
+		if sp.Err != nil {
+			t.Fatalf("pool %d: %v", i, sp.Err)
+		}
+	}
+	if batch[0].Removed != 1 || batch[1].Removed != 1 {
+		t.Fatalf("removed %d and %d ghosts, want 1 and 1", batch[0].Removed, batch[1].Removed)
+	}
+	// a1 renewed past its acquire TTL; a2 gone; b1 untouched; q empty.
+	time.Sleep(short + 100*time.Millisecond) // a1's first TTL runs out: only the sync keeps it
+	if n := held(t, s, p, 10); n != 2 {
+		t.Fatalf("pool holds %d members after the sync, want 2 (a1 renewed, b1)", n)
+	}
+	if n := held(t, s, q, 10); n != 0 {
+		t.Fatalf("emptied pool holds %d members", n)
+	}
+	// A live member the store lost is restored, even beyond max.
+	mustAcquire(t, s, q, keycap.NewOwner(), 1, time.Minute, true)
+	batch = []keycap.SyncPool{{Pool: q, Members: []keycap.Owner{a3}}}
+	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+		t.Fatal(err, batch[0].Err)
+	}
+	if n := held(t, s, q, 10); n != 2 {
+		t.Fatalf("pool holds %d after restoring a lost member, want 2", n)
+	}
+	// A node that syncs nothing loses everything it had: a1 and a3.
+	batch = []keycap.SyncPool{{Pool: p}, {Pool: q}}
+	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
+		t.Fatal(err)
+	}
+	if batch[0].Removed != 1 || batch[1].Removed != 1 {
+		t.Fatalf("removed %d and %d, want 1 and 1", batch[0].Removed, batch[1].Removed)
+	}
+	if n := held(t, s, p, 10); n != 1 {
+		t.Fatalf("pool holds %d, want node b's one member", n)
 	}
 }
 
