@@ -8,7 +8,7 @@ import (
 
 // corePackages must build on the standard library alone: an application that
 // uses only them pulls in no third-party code.
-var corePackages = []string{".", "./memstore", "./storetest", "./keycaptest", "./httplimit", "./joblimit", "./retryafter", "./pause"}
+var corePackages = []string{".", "./memstore", "./storetest", "./keycaptest", "./httplimit", "./joblimit", "./retryafter", "./pause", "./conncap", "./pushercap"}
 
 func TestCorePackagesAreStdlibOnly(t *testing.T) {
 	t.Parallel()

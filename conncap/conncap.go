@@ -65,6 +65,7 @@ type Cap struct {
 	ttl        time.Duration
 	failOpen   bool
 	observer   Observer
+	live       func(app, user, conn string) bool
 
 	mu    sync.Mutex
 	conns map[connKey]*conn
@@ -82,6 +83,7 @@ type conn struct {
 	app, user string
 	pool      keycap.PoolID
 	member    keycap.Owner
+	since     time.Time
 }
 
 // userPool is this node's part of one user's pool.
@@ -149,6 +151,15 @@ func WithNodeName(name string) Option {
 		c.nodeName = name
 		return nil
 	}
+}
+
+// WithLiveness lets the heartbeat ask the server which connections are still
+// open: a connection this node holds for longer than one heartbeat and that
+// live reports closed is dropped as if it had left. It is a safety net for
+// servers whose close hooks can be missed (centrifugecap.Live uses a
+// centrifuge node's hub); a node's own Leave calls still free slots at once.
+func WithLiveness(live func(app, user, conn string) bool) Option {
+	return func(c *Cap) error { c.live = live; return nil }
 }
 
 // WithObserver sends events (admissions, refusals, departures, ghosts
@@ -270,7 +281,7 @@ func (c *Cap) register(key connKey, app, user string) (*conn, bool, error) {
 		}
 		return e, false, nil
 	}
-	e := &conn{app: app, user: user, pool: poolOf(app, user), member: keycap.NodeOwner(c.node, app+"\x00"+key.conn)}
+	e := &conn{app: app, user: user, pool: poolOf(app, user), member: keycap.NodeOwner(c.node, app+"\x00"+key.conn), since: time.Now()}
 	c.conns[key] = e
 	up := c.pools[e.pool]
 	if up == nil {
@@ -327,7 +338,34 @@ func (c *Cap) Connections() int {
 // Syncer.Sync batch. The heartbeat loop calls it every interval; tests and
 // shutdown code may call it too.
 func (c *Cap) Heartbeat(ctx context.Context) error {
+	c.dropDead()
 	return c.sync(ctx, false)
+}
+
+// dropDead forgets the connections that the liveness check reports closed.
+func (c *Cap) dropDead() {
+	if c.live == nil {
+		return
+	}
+	type held struct {
+		key connKey
+		e   *conn
+	}
+	old := time.Now().Add(-c.heartbeat)
+	var check []held
+	c.mu.Lock()
+	for k, e := range c.conns {
+		if e.since.Before(old) {
+			check = append(check, held{k, e})
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range check {
+		if !c.live(h.key.app, h.e.user, h.key.conn) {
+			c.unregister(h.key, h.e)
+			c.emit(Event{Kind: Left, App: h.key.app, User: h.e.user, Conn: h.key.conn})
+		}
+	}
 }
 
 // sync makes the store hold exactly this node's live connections; with none,

@@ -381,3 +381,35 @@ func TestAnyUserIDIsSafe(t *testing.T) {
 		}
 	})
 }
+
+// TestLiveness: a connection the server reports closed, held longer than a
+// heartbeat, is dropped at the next heartbeat; a younger one is left alone.
+func TestLiveness(t *testing.T) {
+	t.Parallel()
+	var dead sync.Map
+	c, rec := newNode(t, memstore.New(), conncap.WithDefaultCap(1),
+		conncap.WithHeartbeat(50*time.Millisecond, time.Minute),
+		conncap.WithLiveness(func(app, user, conn string) bool { _, d := dead.Load(conn); return !d }))
+	if err := admit(c, "alice", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	dead.Store("s1", true) // its close hook was missed
+	deadline := time.Now().Add(5 * time.Second)
+	for admit(c, "alice", "s2") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection was never dropped")
+		}
+		time.Sleep(10 * time.Millisecond) // heartbeats run on their own
+	}
+	if rec.count(conncap.Left) != 1 {
+		t.Fatal("the drop was not reported as a departure")
+	}
+	// s2 is reported closed at once, but it is younger than a heartbeat: kept.
+	dead.Store("s2", true)
+	if err := c.Heartbeat(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(c, "alice", "s3"); !errors.Is(err, conncap.ErrOverCap) {
+		t.Fatalf("a connection younger than a heartbeat was dropped: %v", err)
+	}
+}
