@@ -20,6 +20,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/pgstore"
 	"github.com/keycap/keycap/redisstore"
 	"github.com/keycap/keycap/riverlimit"
 )
@@ -129,9 +130,38 @@ func keyRule(job *rivertype.JobRow) (joblimit.Rule, bool) {
 // completes, on its first attempt: the snoozes spent no attempt.
 func TestTwoClients(t *testing.T) {
 	t.Parallel()
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		prefix := testenv.Prefix(t, testenv.Redis(t))
+		twoClients(t, func() *joblimit.Limiter { return newJobs(t, prefix) })
+	})
+	// The same on PostgreSQL alone: slots in pgstore, in River's own database.
+	t.Run("pgstore", func(t *testing.T) {
+		t.Parallel()
+		pool := testenv.Postgres(t)
+		schema := testenv.Schema(t, pool)
+		if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
+			t.Fatal(err)
+		}
+		twoClients(t, func() *joblimit.Limiter {
+			store, err := pgstore.New(testenv.Postgres(t), pgstore.WithSchema(schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := keycap.NewLimiter(store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			jobs, _ := joblimit.New(l)
+			return jobs
+		})
+	})
+}
+
+func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
 	const jobsN, keys, limit = 200, 10, 2
 	schema := migrate(t, testenv.Postgres(t))
-	prefix := testenv.Prefix(t, testenv.Redis(t))
 	conc := testenv.NewConcurrency()
 	attempts := make(chan int, jobsN)
 	var clients []*river.Client[pgx.Tx]
@@ -139,7 +169,7 @@ func TestTwoClients(t *testing.T) {
 	for range 2 {
 		workers := river.NewWorkers()
 		river.AddWorker(workers, &keyedWorker{conc: conc, work: 15 * time.Millisecond, attempts: attempts})
-		c, p := newClient(t, schema, workers, riverlimit.Middleware(newJobs(t, prefix), keyRule), 25)
+		c, p := newClient(t, schema, workers, riverlimit.Middleware(newJobs(), keyRule), 25)
 		clients, pool = append(clients, c), p
 	}
 	ctx := context.Background()

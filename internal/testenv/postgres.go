@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,4 +58,64 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 		_, _ = pool.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
 	})
 	return name
+}
+
+// WireTrips counts round trips on database connections: each time a
+// connection starts writing after it has read, a new request begins.
+type WireTrips struct{ n atomic.Int64 }
+
+// Load returns the round trips counted so far.
+func (w *WireTrips) Load() int64 { return w.n.Load() }
+
+type countedConn struct {
+	net.Conn
+	w       *WireTrips
+	reading atomic.Bool
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	if c.reading.Swap(false) {
+		c.w.n.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	c.reading.Store(true)
+	return c.Conn.Read(p)
+}
+
+// PostgresCounted is Postgres with every connection's round trips counted,
+// and at most conns connections.
+func PostgresCounted(t testing.TB, conns int32) (*pgxpool.Pool, *WireTrips) {
+	t.Helper()
+	url := PostgresURL()
+	if url == "" {
+		Missing(t, "PostgreSQL: KEYCAP_POSTGRES_URL is not set")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &WireTrips{}
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cc := &countedConn{Conn: c, w: w}
+		cc.reading.Store(true) // the first write is a request too
+		return cc, nil
+	}
+	cfg.MaxConns, cfg.MinConns = conns, conns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err == nil {
+		err = pool.Ping(context.Background())
+	}
+	if err != nil {
+		Missing(t, "PostgreSQL at %s: %v", url, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, w
 }

@@ -1,0 +1,208 @@
+-- keycap pgstore migration, version 1.
+--
+-- Tables and functions live in schema public, named with prefix
+-- keycap_. Every function is one decision, atomic on its own: call it
+-- outside any transaction of yours (keycap does, on connections of its own),
+-- or the locks it takes are held until that transaction ends.
+
+CREATE SCHEMA IF NOT EXISTS public;
+
+CREATE TABLE IF NOT EXISTS "public"."keycap_migration" (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The state is ephemeral, as in a Redis without persistence: UNLOGGED tables
+-- write no WAL, so a decision waits for no disk flush. After a database crash
+-- they are emptied (holders find their leases lost at their next renewal),
+-- and standbys do not receive them (a failover starts empty).
+
+-- Leases: one row per lease, pool = a 16-byte hash of the limit's name and key.
+CREATE UNLOGGED TABLE IF NOT EXISTS "public"."keycap_lease" (
+    pool       bytea       NOT NULL,
+    owner      bytea       NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (pool, owner)
+);
+CREATE INDEX IF NOT EXISTS "keycap_lease_expires_at" ON "public"."keycap_lease" (expires_at);
+
+CREATE UNLOGGED TABLE IF NOT EXISTS "public"."keycap_mark" (
+    id         bytea PRIMARY KEY,
+    started_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+CREATE UNLOGGED TABLE IF NOT EXISTS "public"."keycap_pause" (
+    id    bytea PRIMARY KEY,
+    until timestamptz NOT NULL
+);
+
+CREATE UNLOGGED TABLE IF NOT EXISTS "public"."keycap_rate" (
+    id  bytea PRIMARY KEY,
+    tat timestamptz NOT NULL -- GCRA's theoretical arrival time
+);
+
+-- The pool's lock: transaction-scoped, in keycap's own advisory-lock class,
+-- so it never meets the application's locks.
+CREATE OR REPLACE FUNCTION "public"."keycap_lock"(p bytea) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(1262830445, ('x' || encode(substring(p FROM 1 FOR 4), 'hex'))::bit(32)::integer);
+$$;
+
+-- sweep: a bounded clean-up of expired rows of every table, run by about
+-- one acquire in a hundred. Nothing else is needed: no cron.
+CREATE OR REPLACE FUNCTION "public"."keycap_sweep"(now_ timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM "public"."keycap_lease" WHERE ctid IN (SELECT ctid FROM "public"."keycap_lease" WHERE expires_at <= now_ LIMIT 1000);
+    DELETE FROM "public"."keycap_mark"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_mark"  WHERE expires_at <= now_ LIMIT 1000);
+    DELETE FROM "public"."keycap_pause" WHERE ctid IN (SELECT ctid FROM "public"."keycap_pause" WHERE until <= now_ LIMIT 1000);
+    DELETE FROM "public"."keycap_rate"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_rate"  WHERE tat <= now_ LIMIT 1000);
+$$;
+
+-- acquire: grant owner a lease on pool, expiring ttl_ms from now, if it holds
+-- one already or the pool holds fewer than max_ unexpired leases.
+CREATE OR REPLACE FUNCTION "public"."keycap_acquire"(p bytea, o bytea, max_ integer, ttl_ms bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz;
+    held integer;
+BEGIN
+    PERFORM "public"."keycap_lock"(p);
+    now_ := clock_timestamp();
+    DELETE FROM "public"."keycap_lease" WHERE pool = p AND expires_at <= now_;
+    UPDATE "public"."keycap_lease" SET expires_at = now_ + ttl_ms * interval '1 millisecond'
+        WHERE pool = p AND owner = o;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    SELECT count(*) INTO held FROM "public"."keycap_lease" WHERE pool = p;
+    IF held >= max_ THEN
+        RETURN false;
+    END IF;
+    INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, o, now_ + ttl_ms * interval '1 millisecond');
+    IF random() < 0.01 THEN
+        PERFORM "public"."keycap_sweep"(now_);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- renew: extend each unexpired lease of the batch; returns, in order, whether
+-- each was renewed (false: lost).
+CREATE OR REPLACE FUNCTION "public"."keycap_renew"(pools bytea[], owners bytea[], ttls bigint[]) RETURNS SETOF boolean
+LANGUAGE sql AS $$
+    WITH input AS (
+        SELECT * FROM unnest(pools, owners, ttls) WITH ORDINALITY AS t(pool, owner, ttl, i)
+    ), renewed AS (
+        UPDATE "public"."keycap_lease" l SET expires_at = clock_timestamp() + input.ttl * interval '1 millisecond'
+        FROM input
+        WHERE l.pool = input.pool AND l.owner = input.owner AND l.expires_at > clock_timestamp()
+        RETURNING input.i
+    )
+    SELECT input.i IN (SELECT i FROM renewed) FROM input ORDER BY input.i;
+$$;
+
+-- sync: make node's members of each pool exactly the given ones (renewed,
+-- added back if lost), dropping node's other members and expired ones.
+-- pools and members are parallel arrays; a NULL member names a pool in which
+-- node holds nothing. Returns, per pool in order of first appearance, how
+-- many of node's members were dropped.
+CREATE OR REPLACE FUNCTION "public"."keycap_sync"(node bytea, ttl_ms bigint, pools bytea[], members bytea[])
+RETURNS TABLE (pool bytea, removed integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    p bytea;
+    now_ timestamptz;
+    n integer;
+BEGIN
+    FOR p IN SELECT DISTINCT ON (t.pl) t.pl FROM unnest(pools) WITH ORDINALITY AS t(pl, i) ORDER BY t.pl LOOP
+        PERFORM "public"."keycap_lock"(p);
+        now_ := clock_timestamp();
+        DELETE FROM "public"."keycap_lease" l WHERE l.pool = p AND l.expires_at <= now_;
+        DELETE FROM "public"."keycap_lease" l WHERE l.pool = p AND substring(l.owner FROM 1 FOR 8) = node
+            AND l.owner <> ALL (SELECT m FROM unnest(pools, members) AS u(pl, m) WHERE u.pl = p AND m IS NOT NULL);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at)
+            SELECT p, u.m, now_ + ttl_ms * interval '1 millisecond'
+            FROM unnest(pools, members) AS u(pl, m) WHERE u.pl = p AND u.m IS NOT NULL
+            ON CONFLICT ON CONSTRAINT "keycap_lease_pkey" DO UPDATE SET expires_at = excluded.expires_at;
+        pool := p;
+        removed := n;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- mark: start the mark unless it runs; returns its age in milliseconds and
+-- whether this call started it.
+CREATE OR REPLACE FUNCTION "public"."keycap_mark"(id_ bytea, ttl_ms bigint, OUT age_ms bigint, OUT started boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    s timestamptz;
+    e timestamptz;
+BEGIN
+    INSERT INTO "public"."keycap_mark" (id, started_at, expires_at) VALUES (id_, now_, now_ + ttl_ms * interval '1 millisecond')
+        ON CONFLICT (id) DO NOTHING;
+    IF FOUND THEN
+        age_ms := 0; started := true; RETURN;
+    END IF;
+    SELECT started_at, expires_at INTO s, e FROM "public"."keycap_mark" WHERE id = id_ FOR UPDATE;
+    now_ := clock_timestamp();
+    IF NOT FOUND THEN -- swept in between: start it again
+        INSERT INTO "public"."keycap_mark" (id, started_at, expires_at) VALUES (id_, now_, now_ + ttl_ms * interval '1 millisecond')
+            ON CONFLICT (id) DO NOTHING;
+        age_ms := 0; started := true; RETURN;
+    END IF;
+    IF e <= now_ THEN
+        UPDATE "public"."keycap_mark" SET started_at = now_, expires_at = now_ + ttl_ms * interval '1 millisecond' WHERE id = id_;
+        age_ms := 0; started := true; RETURN;
+    END IF;
+    age_ms := floor(extract(epoch FROM now_ - s) * 1000);
+    started := false;
+END
+$$;
+
+-- pause: pause id for at least ttl_ms; never shorten a longer pause. Returns
+-- how many milliseconds the pause now lasts.
+CREATE OR REPLACE FUNCTION "public"."keycap_pause"(id_ bytea, ttl_ms bigint) RETURNS bigint
+LANGUAGE sql AS $$
+    INSERT INTO "public"."keycap_pause" AS p (id, until) VALUES (id_, clock_timestamp() + greatest(ttl_ms, 0) * interval '1 millisecond')
+        ON CONFLICT (id) DO UPDATE SET until = greatest(p.until, excluded.until)
+        RETURNING greatest(ceil(extract(epoch FROM until - clock_timestamp()) * 1000), 0)::bigint;
+$$;
+
+-- paused: how many milliseconds id remains paused (0: not paused).
+CREATE OR REPLACE FUNCTION "public"."keycap_paused"(id_ bytea) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT coalesce((SELECT greatest(ceil(extract(epoch FROM until - clock_timestamp()) * 1000), 0)::bigint
+        FROM "public"."keycap_pause" WHERE id = id_), 0);
+$$;
+
+-- pace: GCRA. Takes one event under events per period_ms with burst; returns
+-- 0 when it may happen now (and counts it), else the milliseconds until it may.
+CREATE OR REPLACE FUNCTION "public"."keycap_pace"(id_ bytea, events integer, period_ms bigint, burst integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ timestamptz;
+    emission interval := (period_ms::double precision / events) * interval '1 millisecond';
+    tat_ timestamptz;
+    next_ timestamptz;
+    allow_at timestamptz;
+BEGIN
+    INSERT INTO "public"."keycap_rate" (id, tat) VALUES (id_, '-infinity') ON CONFLICT (id) DO NOTHING;
+    SELECT tat INTO tat_ FROM "public"."keycap_rate" WHERE id = id_ FOR UPDATE;
+    now_ := clock_timestamp();
+    tat_ := greatest(tat_, now_);
+    next_ := tat_ + emission;
+    allow_at := next_ - emission * burst;
+    IF now_ < allow_at THEN
+        RETURN greatest(ceil(extract(epoch FROM allow_at - now_) * 1000), 1)::bigint;
+    END IF;
+    UPDATE "public"."keycap_rate" SET tat = next_ WHERE id = id_;
+    RETURN 0;
+END
+$$;
+
+INSERT INTO "public"."keycap_migration" (version) VALUES (1) ON CONFLICT DO NOTHING;

@@ -1,0 +1,355 @@
+// Package pgstore keeps keycap's leases, marks, pauses and paces in
+// PostgreSQL, for teams that run River (or anything else) on PostgreSQL and
+// have no Redis. It passes the same conformance suite as memstore and
+// redisstore.
+//
+// Every decision is one round trip: a call to one PL/pgSQL function that
+// takes a transaction-scoped advisory lock on the pool, drops its expired
+// leases, counts and inserts, by the database's clock (clock_timestamp()).
+// Releases, renewals (one batch per call), marks, pauses and paces are one
+// round trip each too. Expired rows are cleaned without a cron: each acquire
+// drops its pool's expired leases, and about one acquire in a hundred sweeps
+// up to a thousand expired rows of every table.
+//
+// # Connections of its own
+//
+// The store runs each call on a connection of the pool you give it, in its
+// own implicit transaction. Never give it a connection that is inside your
+// application's transaction: a lease taken there would not be visible to
+// anyone, nor released, until that transaction committed — the mistake the
+// PHP seed warns about with its database store. A *pgxpool.Pool of its own,
+// or the application's pool (whose connections are only in a transaction
+// while one is explicitly begun on them), is right.
+//
+// # Migration
+//
+// Migrate installs the tables and functions from Go:
+//
+//	err := pgstore.Migrate(ctx, pool, pgstore.WithSchema("keycap"))
+//
+// SQL returns the same migration as plain SQL for a DBA or a migration tool
+// (migration.sql in this directory is SQL for the defaults: schema public,
+// prefix keycap_). Both are idempotent.
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keycap/keycap"
+)
+
+//go:embed migration.sql.tmpl
+var migrationTmpl string
+
+var migration = template.Must(template.New("migration").Parse(migrationTmpl))
+
+// Version is the version of the schema this package installs.
+const Version = 1
+
+// Defaults.
+const (
+	DefaultSchema  = "public"
+	DefaultPrefix  = "keycap_"
+	DefaultTimeout = 5 * time.Second
+)
+
+// Store is a keycap.Store on PostgreSQL.
+type Store struct {
+	pool    *pgxpool.Pool
+	names   names
+	timeout time.Duration
+	sql     map[string]string
+}
+
+var (
+	_ keycap.Store  = (*Store)(nil)
+	_ keycap.Marker = (*Store)(nil)
+	_ keycap.Pauser = (*Store)(nil)
+	_ keycap.Pacer  = (*Store)(nil)
+	_ keycap.Syncer = (*Store)(nil)
+)
+
+// An Option configures a Store, Migrate and SQL.
+type Option func(*config) error
+
+type config struct {
+	schema, prefix string
+	timeout        time.Duration
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// WithSchema sets the schema of keycap's tables (default DefaultSchema).
+func WithSchema(schema string) Option {
+	return func(c *config) error {
+		if !identifier.MatchString(schema) {
+			return fmt.Errorf("pgstore: invalid schema %q: letters, digits and underscores, not starting with a digit", schema)
+		}
+		c.schema = schema
+		return nil
+	}
+}
+
+// WithPrefix sets the prefix of keycap's table and function names (default
+// DefaultPrefix).
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if prefix != "" && !identifier.MatchString(prefix) {
+			return fmt.Errorf("pgstore: invalid prefix %q: letters, digits and underscores, not starting with a digit", prefix)
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithTimeout bounds each call when the caller's context has no deadline
+// (default DefaultTimeout): a database that hangs is a store failure, handled
+// by each limit's fail mode.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("pgstore: invalid timeout %s: must be positive", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+func configure(opts []Option) (config, error) {
+	c := config{schema: DefaultSchema, prefix: DefaultPrefix, timeout: DefaultTimeout}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	return c, nil
+}
+
+// names renders qualified names for the migration template.
+type names struct{ Schema, Prefix string }
+
+// T returns the qualified, quoted name of table t.
+func (n names) T(t string) string { return pgx.Identifier{n.Schema, n.Prefix + t}.Sanitize() }
+
+// F returns the qualified, quoted name of function f.
+func (n names) F(f string) string { return n.T(f) }
+
+// Name returns an unqualified object name (an index, a constraint).
+func (n names) Name(s string) string { return pgx.Identifier{n.Prefix + s}.Sanitize() }
+
+// SQL returns the migration as plain SQL.
+func SQL(opts ...Option) (string, error) {
+	c, err := configure(opts)
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	if err := migration.Execute(&b, names{c.schema, c.prefix}); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// Migrate installs (or brings up to date) keycap's tables and functions, in
+// one transaction.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	sql, err := SQL(opts...)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Migrations of the same schema run one at a time.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1262830445, 0)"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sql)
+		return err
+	})
+}
+
+// New returns a store on pool, whose schema Migrate must have installed.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: pool is nil")
+	}
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	n := names{c.schema, c.prefix}
+	s := &Store{pool: pool, names: n, timeout: c.timeout, sql: map[string]string{
+		"acquire": "SELECT " + n.F("acquire") + "($1, $2, $3, $4)",
+		"release": "DELETE FROM " + n.T("lease") + " WHERE pool = $1 AND owner = $2",
+		"renew":   "SELECT * FROM " + n.F("renew") + "($1, $2, $3)",
+		"sync":    "SELECT pool, removed FROM " + n.F("sync") + "($1, $2, $3, $4)",
+		"mark":    "SELECT age_ms, started FROM " + n.F("mark") + "($1, $2)",
+		"pause":   "SELECT " + n.F("pause") + "($1, $2)",
+		"paused":  "SELECT " + n.F("paused") + "($1)",
+		"pace":    "SELECT " + n.F("pace") + "($1, $2, $3, $4)",
+	}}
+	return s, nil
+}
+
+// Pool returns the pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// bound gives ctx the store's timeout when it has no deadline.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+func wrap(op string, err error) error { return fmt.Errorf("pgstore: %s: %w", op, err) }
+
+// Acquire implements keycap.Store: one function call.
+func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var ok bool
+	if err := s.pool.QueryRow(ctx, s.sql["acquire"], pool[:], owner[:], max, ms(ttl)).Scan(&ok); err != nil {
+		return false, wrap("acquire", err)
+	}
+	return ok, nil
+}
+
+// Release implements keycap.Store: one DELETE.
+func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, s.sql["release"], pool[:], owner[:]); err != nil {
+		return wrap("release", err)
+	}
+	return nil
+}
+
+// Renew implements keycap.Store: one function call for the whole batch.
+func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	pools, owners, ttls := make([][]byte, len(batch)), make([][]byte, len(batch)), make([]int64, len(batch))
+	for i := range batch {
+		pools[i], owners[i], ttls[i] = batch[i].Pool[:], batch[i].Owner[:], ms(batch[i].TTL)
+	}
+	rows, err := s.pool.Query(ctx, s.sql["renew"], pools, owners, ttls)
+	if err != nil {
+		return wrap("renew", err)
+	}
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return wrap("renew", err)
+	}
+	if len(renewed) != len(batch) {
+		return fmt.Errorf("pgstore: renew: %d results for %d leases", len(renewed), len(batch))
+	}
+	for i := range batch {
+		batch[i].Lost, batch[i].Err = !renewed[i], nil
+	}
+	return nil
+}
+
+// Sync implements keycap.Syncer: one function call for the whole batch.
+func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var pools, members [][]byte
+	for i := range batch {
+		sp := &batch[i]
+		if len(sp.Members) == 0 {
+			pools, members = append(pools, sp.Pool[:]), append(members, nil)
+		}
+		for _, m := range sp.Members {
+			pools, members = append(pools, sp.Pool[:]), append(members, m[:])
+		}
+	}
+	rows, err := s.pool.Query(ctx, s.sql["sync"], node[:], ms(ttl), pools, members)
+	if err != nil {
+		return wrap("sync", err)
+	}
+	removed := map[keycap.PoolID]int{}
+	var p []byte
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+		removed[keycap.PoolID(p)] = n
+		return nil
+	})
+	if err != nil {
+		return wrap("sync", err)
+	}
+	for i := range batch {
+		batch[i].Removed, batch[i].Err = removed[batch[i].Pool], nil
+	}
+	return nil
+}
+
+// Mark implements keycap.Marker: one function call.
+func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var age int64
+	var started bool
+	if err := s.pool.QueryRow(ctx, s.sql["mark"], id[:], ms(ttl)).Scan(&age, &started); err != nil {
+		return 0, false, wrap("mark", err)
+	}
+	return time.Duration(age) * time.Millisecond, started, nil
+}
+
+// Pause implements keycap.Pauser: one function call.
+func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var left int64
+	if err := s.pool.QueryRow(ctx, s.sql["pause"], id[:], ms(d)).Scan(&left); err != nil {
+		return 0, wrap("pause", err)
+	}
+	return time.Duration(left) * time.Millisecond, nil
+}
+
+// Paused implements keycap.Pauser: one function call.
+func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var left int64
+	if err := s.pool.QueryRow(ctx, s.sql["paused"], id[:]).Scan(&left); err != nil {
+		return 0, wrap("paused", err)
+	}
+	return time.Duration(left) * time.Millisecond, nil
+}
+
+// Pace implements keycap.Pacer with GCRA: one function call.
+func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (time.Duration, error) {
+	if !rate.Valid() {
+		return 0, &keycap.InvalidLimitError{Field: "rate", Value: fmt.Sprintf("%+v", rate), Reason: "events, period and burst must be positive"}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var wait int64
+	if err := s.pool.QueryRow(ctx, s.sql["pace"], id[:], rate.Events, ms(rate.Period), rate.Burst).Scan(&wait); err != nil {
+		return 0, wrap("pace", err)
+	}
+	return time.Duration(wait) * time.Millisecond, nil
+}
+
+// Tables returns the qualified names of the store's tables, for operators'
+// queries.
+func (s *Store) Tables() []string {
+	var out []string
+	for _, t := range []string{"lease", "mark", "pause", "rate"} {
+		out = append(out, strings.Trim(s.names.T(t), " "))
+	}
+	return out
+}

@@ -1,0 +1,224 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/pgstore"
+	"github.com/keycap/keycap/storetest"
+)
+
+// migrated returns a fresh schema of the test's own, migrated.
+func migrated(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool := testenv.Postgres(t)
+	schema := testenv.Schema(t, pool)
+	if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return pool, schema
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() keycap.Store {
+		_, schema := migrated(t)
+		// Each store has a pool of its own: independent connections, as
+		// separate processes would have.
+		return func() keycap.Store {
+			s, err := pgstore.New(testenv.Postgres(t), pgstore.WithSchema(schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	})
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	var v int
+	if err := pool.QueryRow(context.Background(), "SELECT max(version) FROM "+schema+".keycap_migration").Scan(&v); err != nil || v != pgstore.Version {
+		t.Fatalf("version %d, %v", v, err)
+	}
+}
+
+// TestMigrationFile keeps migration.sql, the plain SQL for DBAs, equal to
+// what SQL() renders for the defaults. Regenerate it with
+// KEYCAP_UPDATE_GOLDEN=1 go test ./pgstore -run MigrationFile.
+func TestMigrationFile(t *testing.T) {
+	t.Parallel()
+	want, err := pgstore.SQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KEYCAP_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile("migration.sql", []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile("migration.sql")
+	if err != nil || string(got) != want {
+		t.Fatalf("migration.sql differs from pgstore.SQL(): regenerate it (see the test's comment)")
+	}
+}
+
+func TestOptionsAreChecked(t *testing.T) {
+	t.Parallel()
+	for _, o := range []pgstore.Option{pgstore.WithSchema("a;drop"), pgstore.WithSchema(""), pgstore.WithPrefix("1x"), pgstore.WithTimeout(0)} {
+		if _, err := pgstore.SQL(o); err == nil {
+			t.Error("an invalid option was accepted")
+		}
+	}
+	if _, err := pgstore.New(nil); err == nil {
+		t.Error("a nil pool was accepted")
+	}
+}
+
+func newStore(t *testing.T, schema string, opts ...pgstore.Option) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(testenv.Postgres(t), append([]pgstore.Option{pgstore.WithSchema(schema)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestLeaseOutlivesTheApplicationsTransaction: a lease taken while the
+// application is inside a transaction is visible to everyone at once, and
+// stays when that transaction rolls back: the store never uses the caller's
+// transaction.
+func TestLeaseOutlivesTheApplicationsTransaction(t *testing.T) {
+	t.Parallel()
+	appPool, schema := migrated(t)
+	l, err := keycap.NewLimiter(newStore(t, schema), keycap.WithDefaultFailMode(keycap.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	other, err := keycap.NewLimiter(newStore(t, schema), keycap.WithDefaultFailMode(keycap.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	lim := keycap.MustLimit("exports", "user:1", 1)
+
+	tx, err := appPool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the application's own work
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("while the application's transaction is open, the lease must already count: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("the application's rollback took the lease with it: %v", err)
+	}
+	lease.Release()
+	if ls, err := other.Acquire(ctx, lim); err != nil {
+		t.Fatalf("after Release: %v", err)
+	} else {
+		ls.Release()
+	}
+}
+
+// TestFailuresAreStoreFailures: a database that is down, or a call that
+// waits past the store's timeout (here on a pool lock another session
+// holds), is a store failure, handled by the limit's fail mode.
+func TestFailuresAreStoreFailures(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+
+	// Down: nothing listens on port 1.
+	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/x?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	ds, _ := pgstore.New(down, pgstore.WithSchema(schema))
+	l, _ := keycap.NewLimiter(ds)
+	defer l.Close()
+	if _, err := l.Acquire(ctx, keycap.MustLimit("x", "k", 1, keycap.WithFailMode(keycap.FailClosed))); !errors.Is(err, keycap.ErrStoreUnavailable) {
+		t.Fatalf("database down, failing closed: %v", err)
+	}
+	if ls, err := l.Acquire(ctx, keycap.MustLimit("x", "k", 1)); err != nil || ls.Guarded() {
+		t.Fatalf("database down, failing open: %v", err)
+	}
+
+	// Timeout: another session holds the pool's lock.
+	lim := keycap.MustLimit("x", "blocked", 1, keycap.WithFailMode(keycap.FailClosed))
+	p := lim.Pool()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT "+schema+".keycap_lock($1)", p[:]); err != nil {
+		t.Fatal(err)
+	}
+	slow, _ := keycap.NewLimiter(newStore(t, schema, pgstore.WithTimeout(200*time.Millisecond)))
+	defer slow.Close()
+	start := time.Now()
+	if _, err := slow.Acquire(ctx, lim); !errors.Is(err, keycap.ErrStoreUnavailable) {
+		t.Fatalf("blocked past the timeout: %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("the timeout did not bound the call: %s", el)
+	}
+}
+
+// TestExpiredRowsAreSwept: expired leases of pools nobody uses again are
+// cleaned by the sweep that acquires run, without any cron.
+func TestExpiredRowsAreSwept(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO `+schema+`.keycap_lease (pool, owner, expires_at)
+		SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), '\x00'::bytea, now() - interval '1 minute'
+		FROM generate_series(1, 3000) AS i`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, schema)
+	// About one acquire in a hundred sweeps up to a thousand rows: 1,500
+	// acquires sweep the 3,000 stale rows but for a chance of 1 in 10^6.
+	for range 1500 {
+		o := keycap.NewOwner()
+		p := keycap.NewPoolID("sweep", "k")
+		if _, err := s.Acquire(ctx, p, o, 10_000, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, p, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.keycap_lease`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d rows left after the sweeps, want 0", n)
+	}
+}
