@@ -50,13 +50,16 @@ LANGUAGE sql AS $$
 $$;
 
 -- sweep: a bounded clean-up of expired rows of every table, run by about
--- one acquire in a hundred. Nothing else is needed: no cron.
+-- one acquire in a hundred. Nothing else is needed: no cron. It skips rows
+-- that others hold locked, so it never waits: two sweeps, or a sweep and an
+-- acquire clearing the same pool, would otherwise lock rows in opposite
+-- orders and deadlock.
 CREATE OR REPLACE FUNCTION "public"."keycap_sweep"(now_ timestamptz) RETURNS void
 LANGUAGE sql AS $$
-    DELETE FROM "public"."keycap_lease" WHERE ctid IN (SELECT ctid FROM "public"."keycap_lease" WHERE expires_at <= now_ LIMIT 1000);
-    DELETE FROM "public"."keycap_mark"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_mark"  WHERE expires_at <= now_ LIMIT 1000);
-    DELETE FROM "public"."keycap_pause" WHERE ctid IN (SELECT ctid FROM "public"."keycap_pause" WHERE until <= now_ LIMIT 1000);
-    DELETE FROM "public"."keycap_rate"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_rate"  WHERE tat <= now_ LIMIT 1000);
+    DELETE FROM "public"."keycap_lease" WHERE ctid IN (SELECT ctid FROM "public"."keycap_lease" WHERE expires_at <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
+    DELETE FROM "public"."keycap_mark"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_mark"  WHERE expires_at <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
+    DELETE FROM "public"."keycap_pause" WHERE ctid IN (SELECT ctid FROM "public"."keycap_pause" WHERE until <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
+    DELETE FROM "public"."keycap_rate"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_rate"  WHERE tat <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
 $$;
 
 -- acquire: grant owner a lease on pool, expiring ttl_ms from now, if it holds
