@@ -96,8 +96,9 @@ func (m multiObserver) Observe(e Event) {
 }
 
 // NewSlogObserver returns an Observer that logs events to logger: store
-// failures at Error, lost leases at Warn, recoveries and refusals at Info, and
-// acquired and released slots at Debug. Keys are not logged: they may be
+// failures at Error, lost leases at Warn, recoveries at Info, and refusals,
+// acquired and released slots at Debug (they happen on every request: count
+// them with metrics). Keys are not logged: they may be
 // private or long. A nil logger means slog.Default().
 func NewSlogObserver(logger *slog.Logger) Observer {
 	if logger == nil {
@@ -124,7 +125,6 @@ func (s slogObserver) Observe(e Event) {
 	case StoreRecovered:
 		level = slog.LevelInfo
 	case LimitExceeded:
-		level = slog.LevelInfo
 		attrs = append(attrs, slog.Duration("waited", e.Waited))
 	case SlotAcquired:
 		attrs = append(attrs, slog.Duration("waited", e.Waited))

@@ -1,8 +1,6 @@
 package pushercap_test
 
 import (
-	"encoding/json"
-	"fmt"
 	"net"
 	"net/http/httptest"
 	"strconv"
@@ -15,33 +13,6 @@ import (
 	"github.com/keycap/keycap/pushercap"
 	"github.com/keycap/keycap/redisstore"
 )
-
-// clientState is what cap.mjs reports of one pusher-js client.
-type clientState struct {
-	States     []string          `json:"states"`
-	Errors     []json.RawMessage `json:"errors"`
-	Subscribed bool              `json:"subscribed"`
-	Events     []json.RawMessage `json:"events"`
-	Connecting int               `json:"connecting"`
-}
-
-func (c clientState) String() string {
-	errs := make([]string, len(c.Errors))
-	for i, e := range c.Errors {
-		errs[i] = string(e)
-	}
-	return fmt.Sprintf("states %v errors %v subscribed %v events %d connecting %d", c.States, errs, c.Subscribed, len(c.Events), c.Connecting)
-}
-
-func (c clientState) got4301() bool {
-	for _, e := range c.Errors {
-		var v struct{ Code int }
-		if json.Unmarshal(e, &v) == nil && v.Code == 4301 {
-			return true
-		}
-	}
-	return false
-}
 
 // TestPusherJS runs real pusher-js clients (npm) against a Go Pusher-protocol
 // endpoint using the gate, with a cap of 2 per user kept in Redis: the third
@@ -85,33 +56,7 @@ func TestPusherJS(t *testing.T) {
 		t.Fatalf("%d connections counted, want 2: the forged one must not count", n)
 	}
 	srv.Broadcast("presence-room", "hello", `{"msg":"still here"}`)
-	var res struct {
-		Result struct {
-			A, B, C, Forged                     clientState
-			CState, ForgedState, AState, BState string
-		}
-	}
-	raw, _ := json.Marshal(node.Next(t, 30*time.Second))
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
-	r := res.Result
-	for name, c := range map[string]clientState{"a": r.A, "b": r.B} {
-		if !c.Subscribed || len(c.Events) == 0 || c.got4301() {
-			t.Errorf("client %s should have kept working: %s", name, c)
-		}
-	}
-	if r.AState != "connected" || r.BState != "connected" {
-		t.Errorf("a and b: %s, %s; want connected", r.AState, r.BState)
-	}
-	// pusher-js starts its first connection in its constructor, before the
-	// script listens: any "connecting" seen is a reconnect.
-	if !r.C.got4301() || r.C.Subscribed || r.C.Connecting != 0 || r.CState == "connected" {
-		t.Errorf("client c: state %s, %s; want the 4301 error, no subscription, no reconnect", r.CState, r.C)
-	}
-	if r.Forged.got4301() || r.Forged.Subscribed || r.ForgedState != "connected" {
-		t.Errorf("forged client: state %s, %s; want it untouched by the cap and refused by the server", r.ForgedState, r.Forged)
-	}
+	pushertest.CheckCapResult(t, node.Result(t, 30*time.Second))
 	if srv.Refusals() != 1 {
 		t.Errorf("%d refusals, want 1", srv.Refusals())
 	}

@@ -1,5 +1,5 @@
 // Package pushertest is a small Pusher-protocol (v7) server for keycap's
-// tests and examples: enough of the protocol for pusher-js to connect,
+// tests, its examples and the gateway's demo upstream: enough of the protocol for pusher-js to connect,
 // subscribe to public, private and presence channels (whose authorizations it
 // verifies), ping, send client events and receive broadcasts. With a
 // pushercap.Gate it is a Go Pusher-protocol endpoint that caps connections

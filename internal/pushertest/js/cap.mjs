@@ -3,6 +3,9 @@
 // should broadcast "hello" on presence-room, then {"result": ...}.
 //
 //   node cap.mjs '{"host":"127.0.0.1","port":1234,"key":"k","secret":"s","observeMs":10000}'
+//
+// "ports": {"a": 1, "b": 1, "c": 2, "forged": 2} sends each client to its own
+// port (two gateways, say); "port" is the default.
 import { createRequire } from 'node:module';
 import crypto from 'node:crypto';
 
@@ -13,8 +16,9 @@ const print = (obj) => console.log(JSON.stringify(obj));
 
 function client(name, user, secret) {
   const st = { name, states: [], errors: [], subscribed: false, events: [], connecting: 0 };
+  const port = (cfg.ports && cfg.ports[name]) || cfg.port;
   const p = new Pusher(cfg.key, {
-    wsHost: cfg.host, wsPort: cfg.port, forceTLS: false, enabledTransports: ['ws'],
+    wsHost: cfg.host, wsPort: port, forceTLS: false, enabledTransports: ['ws'],
     cluster: 'mt1', disableStats: true,
     channelAuthorization: {
       customHandler: ({ socketId, channelName }, cb) => {

@@ -1,0 +1,154 @@
+package gateway_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/keycap/keycap/gateway"
+)
+
+func writePEM(t *testing.T, pub any) string {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "key.pem")
+	_ = os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600)
+	return f
+}
+
+func writeJWKS(t *testing.T, kid string, pub *rsa.PublicKey) string {
+	b64 := func(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+	set := map[string]any{"keys": []map[string]string{{
+		"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
+		"n": b64(pub.N.Bytes()), "e": b64(big.NewInt(int64(pub.E)).Bytes()),
+	}}}
+	raw, _ := json.Marshal(set)
+	f := filepath.Join(t.TempDir(), "jwks.json")
+	_ = os.WriteFile(f, raw, 0o600)
+	return f
+}
+
+// TestClaimKeys: a route keyed by a verified JWT claim, for each way to give
+// the verification key. A valid token counts against its subject; a token
+// that does not verify counts against the client address, never against the
+// subject it claims.
+func TestClaimKeys(t *testing.T) {
+	t.Parallel()
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	otherRSA, _ := rsa.GenerateKey(rand.Reader, 2048)
+	secret := "a-secret-of-at-least-thirty-two-bytes!"
+	claims := func(sub string) jwt.MapClaims {
+		return jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix(), "iss": "issuer"}
+	}
+	for _, tc := range []struct {
+		name    string
+		jwt     string
+		sign    func(sub string) string
+		forge   func(sub string) string
+	}{
+		{"hs256", fmt.Sprintf("{hs256_secret: %q, issuer: issuer}", secret),
+			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(sub)).SignedString([]byte(secret)); return s },
+			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(sub)).SignedString([]byte("not-the-secret-not-the-secret-!!")); return s }},
+		{"rs256", fmt.Sprintf("{public_key_file: %q}", writePEM(t, &rsaKey.PublicKey)),
+			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub)).SignedString(rsaKey); return s },
+			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub)).SignedString(otherRSA); return s }},
+		{"es256", fmt.Sprintf("{public_key_file: %q}", writePEM(t, &ecKey.PublicKey)),
+			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodES256, claims(sub)).SignedString(ecKey); return s },
+			func(sub string) string {
+				// The "none" algorithm: refused by every verifier.
+				s, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims(sub)).SignedString(jwt.UnsafeAllowNoneSignatureType)
+				return s
+			}},
+		{"jwks", fmt.Sprintf("{jwks_file: %q}", writeJWKS(t, "k1", &rsaKey.PublicKey)),
+			func(sub string) string {
+				tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub))
+				tok.Header["kid"] = "k1"
+				s, _ := tok.SignedString(rsaKey)
+				return s
+			},
+			func(sub string) string {
+				tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub))
+				tok.Header["kid"] = "k1"
+				s, _ := tok.SignedString(otherRSA)
+				return s
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			entered, release := make(chan struct{}, 4), make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				entered <- struct{}{}
+				<-release
+			}))
+			defer up.Close()
+			cfg, err := gateway.ParseConfig("test.yaml", []byte(fmt.Sprintf(`upstream: %s
+jwt: %s
+routes:
+  - name: api
+    path: /
+    limits: [{max: 1, key: "claim:sub"}]
+`, up.URL, tc.jwt)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := gateway.New(cfg, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			srv := httptest.NewServer(g)
+			defer srv.Close()
+			call := func(token string) <-chan int {
+				c := make(chan int, 1)
+				go func() {
+					req, _ := http.NewRequest(http.MethodGet, srv.URL+"/x", nil)
+					req.Header.Set("Authorization", "Bearer "+token)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						c <- 0
+						return
+					}
+					resp.Body.Close()
+					c <- resp.StatusCode
+				}()
+				return c
+			}
+			first := call(tc.sign("alice"))
+			<-entered // alice holds her one slot
+			if code := <-call(tc.sign("alice")); code != 429 {
+				t.Fatalf("alice's second request: %d, want 429", code)
+			}
+			bob := call(tc.sign("bob"))
+			<-entered // bob has his own slot
+			// A forged token claiming alice is counted by address: not refused
+			// for alice's slot, and alice's slot is untouched.
+			forged := call(tc.forge("alice"))
+			<-entered
+			close(release)
+			for name, c := range map[string]<-chan int{"alice": first, "bob": bob, "forged": forged} {
+				if code := <-c; code != 200 {
+					t.Errorf("%s: %d", name, code)
+				}
+			}
+		})
+	}
+}

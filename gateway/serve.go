@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server runs a gateway: its proxy listeners, its admin listener (/metrics,
+// /healthz, /readyz) and, when the configuration asks, the demo upstream.
+type Server struct {
+	file string
+	log  *slog.Logger
+	gw   *Gateway
+
+	mu      sync.Mutex
+	cfg     *Config
+	servers []*http.Server
+	wg      sync.WaitGroup
+}
+
+// NewLogger returns the slog logger a configuration asks for, on stderr.
+// go-redis's own messages go to it too, at Debug.
+func NewLogger(c LogConfig) *slog.Logger {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
+	if c.Format == "text" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+	} else {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	redis.SetLogger(redisLogger{log})
+	return log
+}
+
+// redisLogger sends go-redis's messages (dial failures, retries) to slog:
+// the store's failures reach the log once per outage through the Limiter,
+// so these are details.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
+// Start loads file, builds the gateway and starts listening. It returns once
+// every listener is bound.
+func Start(file string) (*Server, error) {
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		return nil, err
+	}
+	log := NewLogger(cfg.Log)
+	s := &Server{file: file, log: log, cfg: cfg}
+	if cfg.DemoUpstream != "" {
+		if err := s.listen("demo upstream", cfg.DemoUpstream, Demo()); err != nil {
+			return nil, err
+		}
+	}
+	if s.gw, err = New(cfg, log); err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	for _, addr := range cfg.Listen {
+		if err := s.listen("proxy", addr, s.gw); err != nil {
+			s.closeListeners()
+			s.gw.Close()
+			return nil, err
+		}
+	}
+	if err := s.listen("admin", cfg.Admin, s.admin()); err != nil {
+		s.closeListeners()
+		s.gw.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) listen(kind, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.mu.Lock()
+	s.servers = append(s.servers, srv)
+	s.mu.Unlock()
+	s.log.Info("keycap: listening", "kind", kind, "addr", ln.Addr().String())
+	s.wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("keycap: server failed", "kind", kind, "error", err)
+		}
+	})
+	return nil
+}
+
+func (s *Server) admin() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.gw.metrics.handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.gw.Ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// Reload reads the configuration file again and swaps it in atomically. A
+// file that does not load or build keeps the current configuration, and the
+// reason is logged and returned. Listen addresses cannot change on reload.
+func (s *Server) Reload() error {
+	cfg, err := LoadConfig(s.file)
+	if err == nil {
+		err = s.gw.Reload(cfg)
+	}
+	if err != nil {
+		s.log.Error("keycap: reload failed, keeping the current configuration", "file", s.file, "error", err)
+		return err
+	}
+	s.mu.Lock()
+	s.cfg = cfg
+	s.mu.Unlock()
+	s.log.Info("keycap: configuration reloaded", "file", s.file, "routes", len(cfg.Routes))
+	return nil
+}
+
+// Shutdown stops accepting, lets requests in flight finish (streams
+// included) until the configuration's shutdown_timeout, closes the
+// WebSockets with 1001 (going away) and releases everything.
+func (s *Server) Shutdown() error {
+	s.mu.Lock()
+	timeout := time.Duration(s.cfg.ShutdownTimeout)
+	servers := s.servers
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s.log.Info("keycap: shutting down", "timeout", timeout.String())
+	go s.gw.ws.closeAll() // hijacked connections are not Shutdown's to wait for
+	var err error
+	for _, srv := range servers {
+		if e := srv.Shutdown(ctx); e != nil {
+			err = e
+			_ = srv.Close()
+		}
+	}
+	s.wg.Wait()
+	s.gw.Close()
+	return err
+}
+
+func (s *Server) closeListeners() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, srv := range s.servers {
+		_ = srv.Close()
+	}
+}
