@@ -20,17 +20,17 @@ import (
 // Config is the gateway's configuration file. docs/gateway.md documents
 // every field.
 type Config struct {
-	Listen          Strings         `yaml:"listen"`
-	Admin           string          `yaml:"admin"`
-	Upstream        string          `yaml:"upstream"`
-	DemoUpstream    string          `yaml:"demo_upstream"`
-	ShutdownTimeout Duration        `yaml:"shutdown_timeout"`
-	Log             LogConfig       `yaml:"log"`
-	Store           StoreConfig     `yaml:"store"`
-	ClientIP        ClientIPConfig  `yaml:"client_ip"`
-	JWT             *JWTConfig      `yaml:"jwt"`
-	Routes          []RouteConfig   `yaml:"routes"`
-	Pusher          *PusherConfig   `yaml:"pusher"`
+	Listen          Strings        `yaml:"listen"`
+	Admin           string         `yaml:"admin"`
+	Upstream        string         `yaml:"upstream"`
+	DemoUpstream    string         `yaml:"demo_upstream"`
+	ShutdownTimeout Duration       `yaml:"shutdown_timeout"`
+	Log             LogConfig      `yaml:"log"`
+	Store           StoreConfig    `yaml:"store"`
+	ClientIP        ClientIPConfig `yaml:"client_ip"`
+	JWT             *JWTConfig     `yaml:"jwt"`
+	Routes          []RouteConfig  `yaml:"routes"`
+	Pusher          *PusherConfig  `yaml:"pusher"`
 }
 
 // LogConfig sets the gateway's logs.
@@ -82,12 +82,12 @@ type RouteConfig struct {
 
 // LimitConfig is one limit of a route.
 type LimitConfig struct {
-	Max        *int     `yaml:"max"`
-	Key        string   `yaml:"key"` // ip (default), header:NAME, cookie:NAME, claim:NAME
-	Wait       Duration `yaml:"wait"`
+	Max        *int      `yaml:"max"`
+	Key        string    `yaml:"key"` // ip (default), header:NAME, cookie:NAME, claim:NAME
+	Wait       Duration  `yaml:"wait"`
 	RetryAfter *Duration `yaml:"retry_after"`
-	TTL        Duration `yaml:"ttl"`
-	FailMode   string   `yaml:"fail_mode"`
+	TTL        Duration  `yaml:"ttl"`
+	FailMode   string    `yaml:"fail_mode"`
 }
 
 // PusherConfig caps Pusher-protocol WebSocket connections per user.

@@ -60,19 +60,34 @@ func TestClaimKeys(t *testing.T) {
 		return jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix(), "iss": "issuer"}
 	}
 	for _, tc := range []struct {
-		name    string
-		jwt     string
-		sign    func(sub string) string
-		forge   func(sub string) string
+		name  string
+		jwt   string
+		sign  func(sub string) string
+		forge func(sub string) string
 	}{
 		{"hs256", fmt.Sprintf("{hs256_secret: %q, issuer: issuer}", secret),
-			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(sub)).SignedString([]byte(secret)); return s },
-			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(sub)).SignedString([]byte("not-the-secret-not-the-secret-!!")); return s }},
+			func(sub string) string {
+				s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(sub)).SignedString([]byte(secret))
+				return s
+			},
+			func(sub string) string {
+				s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(sub)).SignedString([]byte("not-the-secret-not-the-secret-!!"))
+				return s
+			}},
 		{"rs256", fmt.Sprintf("{public_key_file: %q}", writePEM(t, &rsaKey.PublicKey)),
-			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub)).SignedString(rsaKey); return s },
-			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub)).SignedString(otherRSA); return s }},
+			func(sub string) string {
+				s, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub)).SignedString(rsaKey)
+				return s
+			},
+			func(sub string) string {
+				s, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims(sub)).SignedString(otherRSA)
+				return s
+			}},
 		{"es256", fmt.Sprintf("{public_key_file: %q}", writePEM(t, &ecKey.PublicKey)),
-			func(sub string) string { s, _ := jwt.NewWithClaims(jwt.SigningMethodES256, claims(sub)).SignedString(ecKey); return s },
+			func(sub string) string {
+				s, _ := jwt.NewWithClaims(jwt.SigningMethodES256, claims(sub)).SignedString(ecKey)
+				return s
+			},
 			func(sub string) string {
 				// The "none" algorithm: refused by every verifier.
 				s, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims(sub)).SignedString(jwt.UnsafeAllowNoneSignatureType)
