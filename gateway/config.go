@@ -118,7 +118,8 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: invalid duration %q: write it as 500ms, 2s, 1m", n.Line, n.Value)
+		// A TypeError lets the decoder go on and report every problem.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: invalid duration %q: write it as 500ms, 2s, 1m", n.Line, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -181,9 +182,13 @@ func ParseConfig(file string, raw []byte) (*Config, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
-			return nil, &ConfigError{File: file, Problems: te.Errors}
+			problems := make([]string, len(te.Errors))
+			for i, e := range te.Errors {
+				problems[i] = nameField(&root, e)
+			}
+			return nil, &ConfigError{File: file, Problems: problems}
 		}
-		return nil, &ConfigError{File: file, Problems: []string{err.Error()}}
+		return nil, &ConfigError{File: file, Problems: []string{nameField(&root, err.Error())}}
 	}
 	v := &validator{root: &root}
 	v.validate(&cfg)
@@ -192,6 +197,55 @@ func ParseConfig(file string, raw []byte) (*Config, error) {
 	}
 	cfg.defaults()
 	return &cfg, nil
+}
+
+var (
+	lineOf       = regexp.MustCompile(`^line (\d+): `)
+	unknownField = regexp.MustCompile(`field \S+ not found in type \S+`)
+)
+
+// nameField adds to a decoding error ("line 11: invalid duration") the
+// field whose value is on that line: "line 11: routes[0].limits[1].wait:
+// invalid duration".
+func nameField(root *yaml.Node, problem string) string {
+	m := lineOf.FindStringSubmatch(problem)
+	if m == nil {
+		return problem
+	}
+	line, _ := strconv.Atoi(m[1])
+	var found []any
+	var walk func(n *yaml.Node, path []any)
+	walk = func(n *yaml.Node, path []any) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := append(path[:len(path):len(path)], k.Value)
+				if v.Line == line || k.Line == line {
+					found = p
+				}
+				walk(v, p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := append(path[:len(path):len(path)], i)
+				if c.Line == line && c.Kind == yaml.ScalarNode {
+					found = p
+				}
+				walk(c, p)
+			}
+		}
+	}
+	walk(root, nil)
+	if found == nil {
+		return problem
+	}
+	msg := unknownField.ReplaceAllString(problem[len(m[0]):], "unknown field (docs/gateway.md lists them)")
+	return m[0] + field(found...) + ": " + msg
 }
 
 // expandEnv replaces ${NAME} with the environment variable NAME, outside

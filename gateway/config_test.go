@@ -34,9 +34,13 @@ func TestConfigErrorsNameLineAndField(t *testing.T) {
 	}{
 		{"no upstream", "routes: []\n", []string{"line 1: upstream: required"}},
 		{"bad upstream", "upstream: ftp://x\n", []string{"line 1: upstream: invalid URL"}},
-		{"unknown field", "upstream: http://x\nupstreem: http://y\n", []string{"line 2: field upstreem not found"}},
-		{"wrong type", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - max: lots\n", []string{"line 6", "lots"}},
-		{"bad duration", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - {max: 1, wait: soon}\n", []string{"line 6", "invalid duration \"soon\""}},
+		{"unknown field", "upstream: http://x\nupstreem: http://y\n", []string{"line 2: upstreem: unknown field"}},
+		{"wrong type", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - max: lots\n", []string{"line 6: routes[0].limits[0].max:", "lots"}},
+		{"bad duration", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - {max: 1, wait: soon}\n", []string{"line 6: routes[0].limits[0].wait: invalid duration \"soon\""}},
+		{"decoding goes on", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - max: 1\n        wait: soon\n      - max: lots\n", []string{
+			"line 7: routes[0].limits[0].wait: invalid duration",
+			"line 8: routes[0].limits[1].max:",
+		}},
 		{"route problems", `upstream: http://x
 routes:
   - name: a
