@@ -37,6 +37,12 @@ type backend struct {
 	limiter *keycap.Limiter
 	caps    *conncap.Cap // nil without a pusher section
 	capsCfg capsConfig
+
+	// inflight counts the requests and WebSockets served on this backend,
+	// whichever configuration they started on; closed is closed by close.
+	inflight  sync.WaitGroup
+	closeOnce sync.Once
+	closed    chan struct{}
 }
 
 type capsConfig struct {
@@ -47,13 +53,16 @@ type capsConfig struct {
 }
 
 func (b *backend) close() {
-	if b.caps != nil {
-		_ = b.caps.Close()
-	}
-	_ = b.limiter.Close()
-	if b.client != nil {
-		_ = b.client.Close()
-	}
+	b.closeOnce.Do(func() {
+		if b.caps != nil {
+			_ = b.caps.Close()
+		}
+		_ = b.limiter.Close()
+		if b.client != nil {
+			_ = b.client.Close()
+		}
+		close(b.closed)
+	})
 }
 
 func newStore(c StoreConfig) (keycap.Store, redis.UniversalClient, error) {
@@ -193,7 +202,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	be := &backend{cfg: cfg.Store, store: store, client: client, limiter: limiter, capsCfg: cc}
+	be := &backend{cfg: cfg.Store, store: store, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
 	if cfg.Pusher != nil {
 		copts := []conncap.Option{
 			conncap.WithDefaultCap(cc.defaultCap),
@@ -453,13 +462,20 @@ func (g *Gateway) router() *router {
 
 // ServeHTTP serves the current configuration's routes.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	g.router().http.ServeHTTP(w, r)
+	// Counted under the read lock, so that a reload that swaps the
+	// configuration out counts every request that can still use its store.
+	g.current.RLock()
+	rt := g.current.rt
+	rt.backend.inflight.Add(1)
+	g.current.RUnlock()
+	defer rt.backend.inflight.Done()
+	rt.http.ServeHTTP(w, r)
 }
 
 // Reload swaps in cfg, atomically: requests in flight finish on the old
 // configuration. When the store section (and the connection caps' settings)
 // did not change, slots and connections carry over; otherwise the old store
-// is closed once the new configuration serves.
+// is closed once the last request and WebSocket that started on it ends.
 func (g *Gateway) Reload(cfg *Config) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -471,11 +487,12 @@ func (g *Gateway) Reload(cfg *Config) error {
 	g.current.Lock()
 	g.current.rt = rt
 	g.current.Unlock()
-	if rt.backend != old.backend {
+	if be := old.backend; rt.backend != be {
 		go func() {
-			// Requests that started on the old store release into it.
-			time.Sleep(time.Duration(old.cfg.ShutdownTimeout))
-			old.backend.close()
+			// Requests that started on the old store release into it, and
+			// its WebSockets keep their places in its caps until they end.
+			be.inflight.Wait()
+			be.close()
 		}()
 	}
 	return nil

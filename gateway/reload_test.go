@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// TestReloadKeepsTheOldStoreUntilItsRequestsEnd: a reload onto another store
+// must not close the old one under a request still holding a slot in it (a
+// long download, a stream, a WebSocket); it closes it when the last one ends.
+func TestReloadKeepsTheOldStoreUntilItsRequestsEnd(t *testing.T) {
+	t.Parallel()
+	entered, finish := make(chan struct{}), make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-finish
+		_, _ = io.WriteString(w, "done")
+	}))
+	defer upstream.Close()
+	config := func(prefix string) *Config {
+		cfg, err := ParseConfig("t.yaml", []byte("upstream: "+upstream.URL+"\nstore: {type: memory, prefix: "+prefix+"}\n"+
+			"routes: [{name: slow, path: /, limits: [{max: 1, key: 'header:X-User'}]}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	g, err := New(config("a:"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + "/x")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-entered
+	old := g.router().backend
+	if err := g.Reload(config("b:")); err != nil {
+		t.Fatal(err)
+	}
+	if g.router().backend == old {
+		t.Fatal("a new store prefix kept the old store")
+	}
+	select {
+	case <-old.closed:
+		t.Fatal("the old store was closed under a request in flight")
+	default:
+	}
+	// The old limiter still serves the request's lease.
+	lease, err := old.limiter.Acquire(context.Background(), keycap.MustLimit("probe", "k", 1))
+	if errors.Is(err, keycap.ErrClosed) {
+		t.Fatal("the old limiter was closed under a request in flight")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Release()
+
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old store was not closed after its last request ended")
+	}
+}
