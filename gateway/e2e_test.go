@@ -60,6 +60,13 @@ func startGateway(t *testing.T, config string) *gw {
 	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return runGateway(t, file)
+}
+
+// runGateway starts the binary on a configuration file whose proxy and admin
+// addresses are port 0, returning once it listens.
+func runGateway(t *testing.T, file string) *gw {
+	t.Helper()
 	cmd := exec.Command(binary, "-config", file)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -505,4 +512,47 @@ func runBinary(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	out, err := exec.Command(binary, args...).CombinedOutput()
 	return string(out), err
+}
+
+// TestTheMainJob runs the README's main job: the gateway on
+// examples/gateway.yaml, with its demo upstream, and keycap try against it.
+// The greedy client must get its 2 slots and 6 refusals while the other two
+// are served in full.
+func TestTheMainJob(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../examples/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo := ln.Addr().String()
+	ln.Close()
+	config := string(raw)
+	for old, new := range map[string]string{
+		"listen: 127.0.0.1:8080": "listen: 127.0.0.1:0",
+		"admin: 127.0.0.1:9091":  "admin: 127.0.0.1:0",
+		"127.0.0.1:8081":         demo,
+	} {
+		if !strings.Contains(config, old) {
+			t.Fatalf("examples/gateway.yaml has no %q any more: update this test and the README", old)
+		}
+		config = strings.ReplaceAll(config, old, new)
+	}
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := runGateway(t, file)
+	out, err := exec.Command(binary, "try", "-url", g.proxy+"/report").CombinedOutput()
+	if err != nil {
+		t.Fatalf("keycap try: %v\n%s", err, out)
+	}
+	for _, want := range []string{"alice       2       6", "bob         3       0", "carol       3       0"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("keycap try printed no %q:\n%s", want, out)
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 )
@@ -76,16 +75,15 @@ func Try(w io.Writer, url string, greedy int) error {
 	}
 	served, refused := map[string]int{}, map[string]int{}
 	for _, r := range results {
-		if r.status == http.StatusOK {
+		switch r.status {
+		case http.StatusOK:
 			served[r.user]++
-		} else {
+		case http.StatusTooManyRequests:
 			refused[r.user]++
 		}
 	}
 	fmt.Fprintf(w, "\n%-6s %6s %7s\n", "user", "served", "refused")
-	users := []string{"alice", "bob", "carol"}
-	sort.Strings(users)
-	for _, u := range users {
+	for _, u := range []string{"alice", "bob", "carol"} {
 		fmt.Fprintf(w, "%-6s %6d %7d\n", u, served[u], refused[u])
 	}
 	return nil
