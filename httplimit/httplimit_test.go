@@ -374,23 +374,43 @@ func TestInlineAndSharedPools(t *testing.T) {
 
 func TestWaitForASlot(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, memstore.New())
+	store := &refusals{Store: memstore.New(), refused: make(chan struct{}, 1)}
+	e := newEnv(t, store)
 	e.register(t, "w", func(*http.Request) httplimit.Rule { return httplimit.Max(1).Wait(10 * time.Second) })
 	g := newGate()
 	h := e.limiters.Must("w")(g)
 	wg := holding(t, h, g, req("192.0.2.1:1"))
 	got := make(chan int, 1)
 	go func() { got <- do(h, req("192.0.2.1:2")).Code }()
+	<-store.refused  // the second request found the pool full: it waits
 	close(g.release) // the first request ends; the waiter gets its slot
 	wg.Wait()
-	select {
-	case code := <-got:
-		t.Fatalf("waiting request answered %d before reaching the handler", code)
-	case <-g.entered:
-	}
 	if code := <-got; code != http.StatusOK {
 		t.Fatalf("waiting request: %d", code)
 	}
+	if g.runs.Load() != 2 {
+		t.Fatalf("the handler ran %d times, want 2", g.runs.Load())
+	}
+	if n := e.rec.Count(keycap.LimitExceeded, "w"); n != 0 {
+		t.Fatalf("%d refusals: the waiter was refused instead of waiting", n)
+	}
+}
+
+// refusals is a Store that signals each acquire it refuses.
+type refusals struct {
+	keycap.Store
+	refused chan struct{}
+}
+
+func (s *refusals) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	ok, err := s.Store.Acquire(ctx, p, o, max, ttl)
+	if !ok && err == nil {
+		select {
+		case s.refused <- struct{}{}:
+		default:
+		}
+	}
+	return ok, err
 }
 
 // failing is a memstore that can be made to fail.
