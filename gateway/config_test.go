@@ -139,3 +139,37 @@ func TestCheckCommand(t *testing.T) {
 		t.Fatalf("check on a bad file: %v\n%s", err, out)
 	}
 }
+
+// FuzzParseConfig: any file gets a configuration or an error, never a panic,
+// and an accepted configuration has what serving needs.
+func FuzzParseConfig(f *testing.F) {
+	for _, file := range []string{"../examples/gateway.yaml"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+	}
+	f.Add([]byte("upstream: http://x\nroutes: [{name: a, path: /a, limits: [{max: 1, key: 'claim:sub'}]}]\njwt: {hs256_secret: ${X}}\n"))
+	f.Add([]byte("upstream: http://x\npusher: {apps: [{id: '1', key: k, secret: s, error_code: 4301}]}\n"))
+	f.Add([]byte("listen: [a, b]\nstore: {type: sentinel, addrs: [x], master: m}\n# ${Y}\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		cfg, err := gateway.ParseConfig("fuzz.yaml", raw)
+		if err != nil {
+			return
+		}
+		if cfg.Upstream == "" || len(cfg.Listen) == 0 || cfg.Admin == "" || cfg.Store.Type == "" {
+			t.Fatalf("accepted without defaults: %+v", cfg)
+		}
+		for _, r := range cfg.Routes {
+			if len(r.Limits) == 0 || r.Pool == "" {
+				t.Fatalf("accepted route %q without limits or pool", r.Name)
+			}
+			for _, l := range r.Limits {
+				if l.Max == nil || *l.Max < 0 {
+					t.Fatalf("accepted route %q with max %v", r.Name, l.Max)
+				}
+			}
+		}
+	})
+}
