@@ -9,8 +9,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,69 +77,35 @@ func benchPair(b *testing.B, conc int, bare, gw string) {
 	tr := &http.Transport{MaxIdleConnsPerHost: conc}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	get := func(url, user string) (time.Duration, error) {
-		r, _ := http.NewRequest(http.MethodGet, url, nil)
-		r.Header.Set("X-User", user)
-		start := time.Now()
-		resp, err := hc.Do(r)
-		if err != nil {
-			return 0, err
+	// Latencies per worker: each index is one goroutine at a time.
+	bareLat, gwLat := make([][]time.Duration, conc), make([][]time.Duration, conc)
+	get := func(url string, lat [][]time.Duration) func(int) error {
+		return func(w int) error {
+			start := time.Now()
+			if err := testenv.GetOK(hc, url, "X-User", fmt.Sprint(w)); err != nil {
+				return err
+			}
+			lat[w] = append(lat[w], time.Since(start))
+			return nil
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return time.Since(start), nil
 	}
-	run := func(url string, n int, lat *[]time.Duration) time.Duration {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		start := time.Now()
-		for c := range conc {
-			wg.Go(func() {
-				user := fmt.Sprint(c)
-				var mine []time.Duration
-				for next.Add(1) <= int64(n) {
-					d, err := get(url, user)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					mine = append(mine, d)
-				}
-				mu.Lock()
-				*lat = append(*lat, mine...)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return time.Since(start)
-	}
-	var discard []time.Duration
-	run(bare, 200, &discard)
-	run(gw, 200, &discard)
-	var bareTime, gwTime time.Duration
-	var bareLat, gwLat []time.Duration
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		n := min(b.N-done, 500)
-		bareTime += run(bare, n, &bareLat)
-		gwTime += run(gw, n, &gwLat)
-		done += n
-	}
-	b.StopTimer()
+	testenv.Rounds(b, conc, 200, get(bare, bareLat))
+	testenv.Rounds(b, conc, 200, get(gw, gwLat))
+	clear(bareLat)
+	clear(gwLat)
+	t := testenv.Alternate(b, conc, 500, 0, get(bare, bareLat), get(gw, gwLat))
+	bareTime, gwTime := t[0], t[1]
 	b.ReportMetric(float64(bareTime)/float64(gwTime), "gateway/bare")
 	b.ReportMetric(float64(b.N)/gwTime.Seconds(), "gateway-req/s")
 	b.ReportMetric(float64(b.N)/bareTime.Seconds(), "bare-req/s")
 	for _, l := range []struct {
 		name string
-		v    []time.Duration
+		lat  [][]time.Duration
 	}{{"gateway", gwLat}, {"bare", bareLat}} {
-		slices.Sort(l.v)
-		b.ReportMetric(float64(l.v[len(l.v)/2].Microseconds()), l.name+"-p50-us")
-		b.ReportMetric(float64(l.v[len(l.v)*99/100].Microseconds()), l.name+"-p99-us")
+		v := slices.Concat(l.lat...)
+		slices.Sort(v)
+		b.ReportMetric(float64(v[len(v)/2].Microseconds()), l.name+"-p50-us")
+		b.ReportMetric(float64(v[len(v)*99/100].Microseconds()), l.name+"-p99-us")
 	}
 }
 

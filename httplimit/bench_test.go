@@ -5,10 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
@@ -50,49 +47,11 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			hc := client(g)
-			get := func(url, user string) error {
-				r, _ := http.NewRequest(http.MethodGet, url, nil)
-				r.Header.Set("X-User", user)
-				resp, err := hc.Do(r)
-				if err != nil {
-					return err
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("status %d", resp.StatusCode)
-				}
-				return nil
+			get := func(url string) func(int) error {
+				return func(w int) error { return testenv.GetOK(hc, url, "X-User", fmt.Sprint(w)) }
 			}
-			run := func(url string, n int) time.Duration {
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				start := time.Now()
-				for w := range g {
-					wg.Go(func() {
-						user := fmt.Sprint(w)
-						for next.Add(1) <= int64(n) {
-							if err := get(url, user); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				return time.Since(start)
-			}
-			run(bare.URL, 100)
-			run(limited.URL, 100)
-			var bareTime, limitedTime time.Duration
-			b.ResetTimer()
-			for done := 0; done < b.N; {
-				n := min(b.N-done, 500)
-				bareTime += run(bare.URL, n)
-				limitedTime += run(limited.URL, n)
-				done += n
-			}
-			b.StopTimer()
+			t := testenv.Alternate(b, g, 500, 100, get(bare.URL), get(limited.URL))
+			bareTime, limitedTime := t[0], t[1]
 			b.ReportMetric(float64(bareTime)/float64(limitedTime), "limited/bare")
 			b.ReportMetric(float64(b.N)/limitedTime.Seconds(), "limited-req/s")
 			b.ReportMetric(float64(b.N)/bareTime.Seconds(), "bare-req/s")

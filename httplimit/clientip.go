@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"fmt"
+	"github.com/keycap/keycap/internal/header"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -165,9 +166,9 @@ func parseNode(s string) (netip.Addr, bool) {
 func forwardedFor(values []string) []string {
 	var hops []string
 	for _, v := range values {
-		for _, elem := range splitQuoted(v, ',') {
+		for _, elem := range header.SplitQuoted(v, ',') {
 			hop := ""
-			for _, pair := range splitQuoted(elem, ';') {
+			for _, pair := range header.SplitQuoted(elem, ';') {
 				name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 				if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
 					hop = strings.TrimSpace(value)
@@ -177,23 +178,4 @@ func forwardedFor(values []string) []string {
 		}
 	}
 	return hops
-}
-
-// splitQuoted splits s at sep, except inside double-quoted strings (which may
-// hold backslash escapes).
-func splitQuoted(s string, sep byte) []string {
-	var parts []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && quoted:
-			i++
-		case c == '"':
-			quoted = !quoted
-		case c == sep && !quoted:
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
 }

@@ -87,23 +87,6 @@ func BenchmarkPairsVsSelect1(b *testing.B) {
 				b.Fatal(err)
 			}
 			s, _ := pgstore.New(pool, pgstore.WithSchema(schema))
-			run := func(n int, op func(w int) error) time.Duration {
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				start := time.Now()
-				for w := range conns {
-					wg.Go(func() {
-						for next.Add(1) <= int64(n) {
-							if err := op(w); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				return time.Since(start)
-			}
 			select1 := func(int) error { _, err := pool.Exec(ctx, "SELECT 1"); return err }
 			pair := func(w int) error {
 				p, o := keycap.NewPoolID("pairs", fmt.Sprint(w)), keycap.NewOwner()
@@ -113,17 +96,8 @@ func BenchmarkPairsVsSelect1(b *testing.B) {
 				}
 				return s.Release(ctx, p, o)
 			}
-			run(200, select1)
-			run(200, pair)
-			var selTime, pairTime time.Duration
-			b.ResetTimer()
-			for done := 0; done < b.N; {
-				n := min(b.N-done, max(conns*50, 500))
-				selTime += run(n, select1)
-				pairTime += run(n, pair)
-				done += n
-			}
-			b.StopTimer()
+			t := testenv.Alternate(b, conns, max(conns*50, 500), 200, select1, pair)
+			selTime, pairTime := t[0], t[1]
 			b.ReportMetric(float64(selTime)/float64(pairTime), "pairs/select1")
 			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
 			b.ReportMetric(float64(b.N)/selTime.Seconds(), "select1/s")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,23 +170,6 @@ func BenchmarkPairsVsPing(b *testing.B) {
 			for i := range pools {
 				pools[i] = keycap.NewPoolID("pairs", fmt.Sprint(i))
 			}
-			run := func(n int, op func(worker int) error) time.Duration {
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				start := time.Now()
-				for w := range g {
-					wg.Go(func() {
-						for next.Add(1) <= int64(n) {
-							if err := op(w); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				return time.Since(start)
-			}
 			ping := func(int) error { return c.Ping(ctx).Err() }
 			pair := func(w int) error {
 				o := keycap.NewOwner()
@@ -198,19 +179,9 @@ func BenchmarkPairsVsPing(b *testing.B) {
 				}
 				return s.Release(ctx, pools[w], o)
 			}
-			run(200, ping) // warm the connection pool
-			run(200, pair)
-			// Alternate short rounds of each, so that drift in the machine's
-			// speed touches both alike.
-			var pingTime, pairTime time.Duration
-			b.ResetTimer()
-			for done := 0; done < b.N; {
-				n := min(b.N-done, max(g*50, 500))
-				pingTime += run(n, ping)
-				pairTime += run(n, pair)
-				done += n
-			}
-			b.StopTimer()
+			// 200 of each first warm the connection pool.
+			t := testenv.Alternate(b, g, max(g*50, 500), 200, ping, pair)
+			pingTime, pairTime := t[0], t[1]
 			b.ReportMetric(float64(pingTime.Nanoseconds())/float64(pairTime.Nanoseconds()), "pairs/ping")
 			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
 			b.ReportMetric(float64(b.N)/pingTime.Seconds(), "pings/s")

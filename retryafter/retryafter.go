@@ -63,6 +63,7 @@ package retryafter
 
 import (
 	"encoding/json"
+	"github.com/keycap/keycap/internal/header"
 	"math"
 	"net/http"
 	"strconv"
@@ -390,8 +391,8 @@ func rateLimitField(v string, onlyExhausted bool) (time.Duration, bool) {
 	var best, bestExhausted time.Duration
 	var found, foundExhausted bool
 	dict := map[string]string{}
-	for _, member := range splitOutsideQuotes(v, ',') {
-		params := splitOutsideQuotes(member, ';')
+	for _, member := range header.SplitQuoted(v, ',') {
+		params := header.SplitQuoted(member, ';')
 		first := strings.TrimSpace(params[0])
 		if name, value, ok := strings.Cut(first, "="); ok && len(params) == 1 && !strings.HasPrefix(first, `"`) {
 			dict[strings.ToLower(strings.TrimSpace(name))] = strings.TrimSpace(value)
@@ -440,24 +441,6 @@ func rateLimitField(v string, onlyExhausted bool) (time.Duration, bool) {
 		return best, true
 	}
 	return 0, false
-}
-
-// splitOutsideQuotes splits s at sep, except inside double-quoted strings.
-func splitOutsideQuotes(s string, sep byte) []string {
-	var parts []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && quoted:
-			i++
-		case c == '"':
-			quoted = !quoted
-		case c == sep && !quoted:
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
 }
 
 // budget names a vendor's remaining-count header and its reset header.
