@@ -2,10 +2,11 @@ package httplimit
 
 import (
 	"fmt"
-	"github.com/keycap/keycap/internal/header"
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/keycap/keycap/internal/header"
 )
 
 // Proxy headers that ClientIP can read.

@@ -63,12 +63,13 @@ package retryafter
 
 import (
 	"encoding/json"
-	"github.com/keycap/keycap/internal/header"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keycap/keycap/internal/header"
 )
 
 // Hint is what a response says about when to call again.
