@@ -202,6 +202,7 @@ func (k *keeper) renew() {
 	var failure error
 	var failed Limit
 	var lost []Event
+	var wake []chan struct{}
 	for i, w := range k.work {
 		ls, s, r := w.ls, &w.ls.slots[w.i], &k.batch[i]
 		rerr := err
@@ -217,13 +218,17 @@ func (k *keeper) renew() {
 			}
 			if after >= s.deadline {
 				// Not renewed in time: the store has let it go by now.
-				ls.markLost(s)
+				if ch := ls.markLost(s); ch != nil {
+					wake = append(wake, ch)
+				}
 				lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
 			} else {
 				s.renewAt = after + max(s.limit.ttl/6, time.Millisecond)
 			}
 		case r.Lost:
-			ls.markLost(s)
+			if ch := ls.markLost(s); ch != nil {
+				wake = append(wake, ch)
+			}
 			lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
 		default:
 			s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
@@ -238,6 +243,9 @@ func (k *keeper) renew() {
 	}
 	for _, e := range lost {
 		l.emit(e)
+	}
+	for _, ch := range wake {
+		close(ch)
 	}
 	clear(k.work) // drop references to leases
 	clear(k.batch)

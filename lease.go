@@ -75,23 +75,26 @@ func (ls *Lease) Lost() <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.lostCh == nil {
-		if ls.lost {
-			return closedCh
-		}
 		ls.lostCh = make(chan struct{})
 	}
 	return ls.lostCh
 }
 
-// markLost records that slot s was found gone. The caller holds ls.mu.
-func (ls *Lease) markLost(s *slot) {
+// markLost records that slot s was found gone. The caller holds ls.mu. It
+// returns the channel of Lost to close, if any, which the caller closes once
+// it has reported the LeaseLost event: a holder woken by Lost finds the event
+// already sent.
+func (ls *Lease) markLost(s *slot) chan struct{} {
 	s.lost = true
-	if !ls.lost {
-		ls.lost = true
-		if ls.lostCh != nil {
-			close(ls.lostCh)
-		}
+	if ls.lost {
+		return nil
 	}
+	ls.lost = true
+	if ls.lostCh == nil {
+		ls.lostCh = closedCh // later calls of Lost see it closed
+		return nil
+	}
+	return ls.lostCh
 }
 
 // Release frees the lease's slots and reports SlotReleased for each. It is
