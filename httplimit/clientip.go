@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/keycap/keycap/internal/header"
@@ -77,6 +78,9 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
+// Trusted reports whether a is the address of a trusted proxy.
+func (c ClientIP) Trusted(a netip.Addr) bool { return c.isTrusted(a.Unmap()) }
+
 func (c ClientIP) isTrusted(a netip.Addr) bool {
 	for _, p := range c.trusted {
 		if p.Contains(a) {
@@ -89,16 +93,48 @@ func (c ClientIP) isTrusted(a netip.Addr) bool {
 // Addr returns the client's address, unmapped from IPv4-in-IPv6. It returns
 // false when the remote address cannot be parsed (a unix socket, say).
 func (c ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
-	remote, ok := parseNode(r.RemoteAddr)
+	chain, ok := c.chain(r)
 	if !ok {
 		return netip.Addr{}, false
 	}
+	return chain[0], true
+}
+
+// ForwardedFor returns the X-Forwarded-For that a proxy in front of another
+// server should send on: the client's address (Addr), then the trusted hops
+// between it and this server, the connection's peer last. What the client
+// wrote to the left of its own address is dropped, so the next server can
+// trust the header as this one does. It returns "" when the remote address
+// cannot be parsed.
+func (c ClientIP) ForwardedFor(r *http.Request) string {
+	chain, ok := c.chain(r)
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	for i, a := range chain {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
+}
+
+// chain returns the client's address followed by the trusted hops up to this
+// server, the connection's peer last: the path the request took, as far as
+// it can be trusted.
+func (c ClientIP) chain(r *http.Request) ([]netip.Addr, bool) {
+	remote, ok := parseNode(r.RemoteAddr)
+	if !ok {
+		return nil, false
+	}
 	if len(c.trusted) == 0 || !c.isTrusted(remote) {
-		return remote, true
+		return []netip.Addr{remote}, true
 	}
 	values := r.Header.Values(c.header)
 	if len(values) == 0 {
-		return remote, true
+		return []netip.Addr{remote}, true
 	}
 	var hops []string
 	if c.header == HeaderForwarded {
@@ -111,18 +147,19 @@ func (c ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 	// Walk from the right; stop at the first untrusted hop. A hop that cannot
 	// be parsed was not written by a trusted proxy (they write their peer's
 	// address): the nearest address known is the client then.
-	client := remote
+	rev := []netip.Addr{remote}
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := parseNode(strings.TrimSpace(hops[i]))
 		if !ok {
-			return client, true
+			break
 		}
-		client = a
+		rev = append(rev, a)
 		if !c.isTrusted(a) {
-			return a, true
+			break
 		}
 	}
-	return client, true
+	slices.Reverse(rev)
+	return rev, true
 }
 
 // Key returns the client's address as a pool key: "ip:203.0.113.7", or with

@@ -141,3 +141,34 @@ func appearsIn(s string, a netip.Addr) bool {
 	}
 	return false
 }
+
+// TestForwardedFor: the header a proxy sends on follows the same trusted-proxy
+// rule as the client's address: the client, then the trusted hops, the peer
+// last; whatever an untrusted client wrote is dropped.
+func TestForwardedFor(t *testing.T) {
+	t.Parallel()
+	xff := mustClientIP(t, httplimit.HeaderXForwardedFor, 0, "10.0.0.0/8")
+	cases := []struct {
+		name   string
+		c      httplimit.ClientIP
+		remote string
+		header string
+		want   string
+	}{
+		{"no proxy trusted", httplimit.ClientIP{}, "203.0.113.7:5000", "6.6.6.6", "203.0.113.7"},
+		{"untrusted peer's header is replaced", xff, "127.0.0.1:5000", "6.6.6.6", "127.0.0.1"},
+		{"trusted peer, no header", xff, "10.0.0.2:5000", "", "10.0.0.2"},
+		{"trusted peer", xff, "10.0.0.2:5000", "198.51.100.9", "198.51.100.9, 10.0.0.2"},
+		{"spoofed left part dropped", xff, "10.0.0.2:5000", "6.6.6.6, 198.51.100.9, 10.1.1.1", "198.51.100.9, 10.1.1.1, 10.0.0.2"},
+	}
+	for _, tc := range cases {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.header != "" {
+			r.Header.Set("X-Forwarded-For", tc.header)
+		}
+		if got := tc.c.ForwardedFor(r); got != tc.want {
+			t.Errorf("%s: ForwardedFor = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
