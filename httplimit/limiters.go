@@ -34,6 +34,7 @@ type Limiters struct {
 	identify func(*http.Request) (Identity, bool)
 	clientIP ClientIP
 	log      *slog.Logger
+	onRefuse func(r *http.Request, limiter string, err error)
 
 	mu    sync.Mutex                           // serialises writers of funcs
 	funcs atomic.Pointer[map[string]LimitFunc] // copy on write: requests read it without a lock
@@ -71,6 +72,21 @@ func WithLogger(l *slog.Logger) Option {
 			return errors.New("httplimit: WithLogger: logger is nil")
 		}
 		ls.log = l
+		return nil
+	}
+}
+
+// WithOnRefuse calls fn for every request the middleware refuses — over a
+// limit (err matches keycap.ErrLimitExceeded) or for a store failure with a
+// limit that fails closed (keycap.ErrStoreUnavailable) — before the refusal
+// is written, with the limiter's name: a place to log the refusal with the
+// request's own details (its ID, its route).
+func WithOnRefuse(fn func(r *http.Request, limiter string, err error)) Option {
+	return func(ls *Limiters) error {
+		if fn == nil {
+			return errors.New("httplimit: WithOnRefuse: fn is nil")
+		}
+		ls.onRefuse = fn
 		return nil
 	}
 }
@@ -265,6 +281,10 @@ func newLimit(name, key string, s Slots) (keycap.Limit, error) {
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, slots []Slots, limits []keycap.Limit, err error) {
 	var le *keycap.LimitError
+	if h.ls.onRefuse != nil && r.Context().Err() == nil &&
+		(errors.Is(err, keycap.ErrLimitExceeded) || errors.Is(err, keycap.ErrStoreUnavailable) || errors.Is(err, keycap.ErrClosed)) {
+		h.ls.onRefuse(r, h.name, err)
+	}
 	switch {
 	case errors.As(err, &le):
 		s := slots[0]
@@ -278,7 +298,7 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, slots []Slots, 
 			s.respond(w, r, le)
 			return
 		}
-		writeError(w, r, http.StatusTooManyRequests, "Too Many Concurrent Requests")
+		WriteError(w, r, http.StatusTooManyRequests, "Too Many Concurrent Requests")
 	case errors.Is(err, keycap.ErrStoreUnavailable), errors.Is(err, keycap.ErrClosed):
 		// The largest Retry-After among the request's limits.
 		var ra time.Duration
@@ -286,7 +306,7 @@ func (h *handler) refuse(w http.ResponseWriter, r *http.Request, slots []Slots, 
 			ra = max(ra, s.retry())
 		}
 		setRetryAfter(w, ra)
-		writeError(w, r, http.StatusServiceUnavailable, "Service Unavailable")
+		WriteError(w, r, http.StatusServiceUnavailable, "Service Unavailable")
 	case r.Context().Err() != nil:
 		// The client went away (or the server is shutting down) while the
 		// request waited: nobody is left to answer.
@@ -299,7 +319,7 @@ func (ls *Limiters) internalError(w http.ResponseWriter, r *http.Request, name s
 	ls.log.ErrorContext(r.Context(), "httplimit: limiter returned an invalid limit",
 		slog.String("limiter", name), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Any("error", err))
-	writeError(w, r, http.StatusInternalServerError, "Internal Server Error")
+	WriteError(w, r, http.StatusInternalServerError, "Internal Server Error")
 }
 
 // setRetryAfter sets Retry-After to d in whole seconds, rounded up; 0 sends
@@ -312,9 +332,11 @@ func setRetryAfter(w http.ResponseWriter, d time.Duration) {
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 }
 
-// writeError answers with status and message, as JSON for clients that accept
-// JSON and as plain text otherwise.
-func writeError(w http.ResponseWriter, r *http.Request, status int, message string) {
+// WriteError answers with status and message the way the middleware answers
+// a refusal: as JSON ({"message":"…"}) for clients that accept JSON, as plain
+// text otherwise, never cached. A ResponseFunc can use it for its own status
+// or message.
+func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	if wantsJSON(r) {
