@@ -21,8 +21,8 @@
 // A connection is anonymous until a pusher:subscribe to a presence- channel
 // whose auth verifies: HMAC-SHA256 over "socket_id:channel:channel_data" with
 // the app's secret, compared in constant time. Its channel_data's user_id
-// (any JSON scalar, as a string: 10 → "10") is the connection's user, and the
-// first one wins. Optionally (WithSignin) a verified pusher:signin
+// (a string, or a number as written: 10 → "10"; a boolean names nobody) is
+// the connection's user, and the first one wins. Optionally (WithSignin) a verified pusher:signin
 // ("socket_id::user::user_data", user_data's id) gives it too. Everything
 // else — a subscribe that does not verify (the server refuses it itself), a
 // public or private subscribe, a ping, a client event, a malformed frame —
@@ -61,6 +61,14 @@ const (
 	DefaultErrorMessage = "Too many connections for this user"
 )
 
+// Defaults of a refusal because the store could not answer (failing
+// closed): a code in 4100–4199, from which pusher-js reconnects after a
+// back-off, so that clients come back once the store does.
+const (
+	DefaultStoreErrorCode    = 4100
+	DefaultStoreErrorMessage = "Connection limits are unavailable, reconnect later"
+)
+
 // App is one Pusher application.
 type App struct {
 	ID     string // the app id; caps are per app id (conncap.WithAppCap)
@@ -77,10 +85,12 @@ type App struct {
 // Gate applies conncap to Pusher-protocol connections. It is safe for
 // concurrent use.
 type Gate struct {
-	caps     *conncap.Cap
-	apps     map[string]App // by key
-	signin   bool
-	onRefuse func(Refusal)
+	caps       *conncap.Cap
+	apps       map[string]App // by key
+	signin     bool
+	onRefuse   func(Refusal)
+	storeCode  int
+	storeError string
 }
 
 // An Option configures a Gate.
@@ -93,6 +103,14 @@ func WithSignin() Option { return func(g *Gate) { g.signin = true } }
 // WithOnRefuse calls fn for each refusal, after Inspect decided it.
 func WithOnRefuse(fn func(Refusal)) Option { return func(g *Gate) { g.onRefuse = fn } }
 
+// WithStoreError sets the pusher:error code, close code and message of a
+// refusal because the store could not answer (default DefaultStoreErrorCode
+// and DefaultStoreErrorMessage). New refuses a code outside 4100–4199: the
+// client must reconnect once the store is back, after a back-off.
+func WithStoreError(code int, message string) Option {
+	return func(g *Gate) { g.storeCode, g.storeError = code, message }
+}
+
 // New returns a gate for apps, counting on caps.
 func New(caps *conncap.Cap, apps []App, opts ...Option) (*Gate, error) {
 	if caps == nil {
@@ -101,7 +119,7 @@ func New(caps *conncap.Cap, apps []App, opts ...Option) (*Gate, error) {
 	if len(apps) == 0 {
 		return nil, errors.New("pushercap: no app")
 	}
-	g := &Gate{caps: caps, apps: map[string]App{}}
+	g := &Gate{caps: caps, apps: map[string]App{}, storeCode: DefaultStoreErrorCode, storeError: DefaultStoreErrorMessage}
 	for i, a := range apps {
 		switch {
 		case a.ID == "":
@@ -128,6 +146,12 @@ func New(caps *conncap.Cap, apps []App, opts ...Option) (*Gate, error) {
 	for _, o := range opts {
 		o(g)
 	}
+	if !Reconnects(g.storeCode) {
+		return nil, fmt.Errorf("pushercap: invalid store error code %d: pusher-js would not reconnect once the store is back; use 4100-4199", g.storeCode)
+	}
+	if g.storeError == "" {
+		g.storeError = DefaultStoreErrorMessage
+	}
 	return g, nil
 }
 
@@ -137,6 +161,10 @@ func New(caps *conncap.Cap, apps []App, opts ...Option) (*Gate, error) {
 func StopsReconnect(code int) bool {
 	return (code >= 4000 && code <= 4099) || (code >= 4300 && code <= 4999)
 }
+
+// Reconnects reports whether a WebSocket close code makes pusher-js reconnect
+// after a back-off (4100–4199): the codes for "try again later".
+func Reconnects(code int) bool { return code >= 4100 && code <= 4199 }
 
 // App returns the app of key.
 func (g *Gate) App(key string) (App, bool) {
@@ -205,6 +233,12 @@ type frame struct {
 // untouched, or a Refusal when the frame makes the connection's user one over
 // the cap. A frame that cannot be parsed passes.
 func (c *Conn) Inspect(ctx context.Context, raw []byte) *Refusal {
+	c.mu.Lock()
+	done := c.user != "" || c.closed
+	c.mu.Unlock()
+	if done {
+		return nil // the first identity wins: nothing left to read
+	}
 	var f frame
 	if json.Unmarshal(raw, &f) != nil {
 		return nil
@@ -245,10 +279,14 @@ func (c *Conn) Inspect(ctx context.Context, raw []byte) *Refusal {
 	if ctx.Err() != nil {
 		return nil // the connection is going away; nothing to refuse
 	}
+	code, message := c.app.ErrorCode, c.app.ErrorMessage
+	if !errors.Is(err, conncap.ErrOverCap) {
+		code, message = c.g.storeCode, c.g.storeError // the store could not say
+	}
 	r := &Refusal{
-		Frame:     ErrorFrame(c.app.ErrorCode, c.app.ErrorMessage),
-		CloseCode: c.app.ErrorCode,
-		Reason:    c.app.ErrorMessage,
+		Frame:     ErrorFrame(code, message),
+		CloseCode: code,
+		Reason:    message,
 		App:       c.app.ID, User: user, SocketID: socketID, Channel: channel, Err: err,
 	}
 	if c.g.onRefuse != nil {
@@ -350,8 +388,9 @@ func Sign(key, secret, message string) string {
 	return key + ":" + hex.EncodeToString(mac.Sum(nil))
 }
 
-// scalar returns a JSON scalar as a string: a string unquoted, a number or a
-// boolean as written; "" for null, objects, arrays and invalid JSON.
+// scalar returns a JSON scalar as a string: a string unquoted, a number as
+// written; "" for booleans, null, objects, arrays and invalid JSON, which
+// name nobody.
 func scalar(raw json.RawMessage) string {
 	var v any
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
@@ -364,25 +403,24 @@ func scalar(raw json.RawMessage) string {
 		return v
 	case json.Number:
 		return v.String()
-	case bool:
-		if v {
-			return "true"
-		}
-		return "false"
 	}
 	return ""
 }
 
-// ErrorFrame returns a pusher:error frame, its data double-encoded as
-// server-to-client frames are.
+// ErrorFrame returns a pusher:error frame, its data an object, as the
+// protocol documents it and as soketi and Reverb send it:
+//
+//	{"event":"pusher:error","data":{"code":4301,"message":"…"}}
 func ErrorFrame(code int, message string) []byte {
-	data, _ := json.Marshal(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, message})
 	f, _ := json.Marshal(struct {
 		Event string `json:"event"`
-		Data  string `json:"data"`
-	}{"pusher:error", string(data)})
+		Data  struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"data"`
+	}{Event: "pusher:error", Data: struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{code, message}})
 	return f
 }

@@ -92,7 +92,7 @@ func TestCapAndRefusal(t *testing.T) {
 	if r == nil {
 		t.Fatal("the third connection of user 10 was let through")
 	}
-	want := `{"event":"pusher:error","data":"{\"code\":4301,\"message\":\"Too many connections for this user\"}"}`
+	want := `{"event":"pusher:error","data":{"code":4301,"message":"Too many connections for this user"}}`
 	if string(r.Frame) != want || r.CloseCode != 4301 || !errors.Is(r.Err, conncap.ErrOverCap) || r.Channel != "presence-room" {
 		t.Fatalf("refusal %+v\nframe %s", r, r.Frame)
 	}
@@ -121,6 +121,8 @@ func TestWhatPassesUntouched(t *testing.T) {
 		"auth without a colon":        `{"event":"pusher:subscribe","data":{"channel":"presence-room","auth":"abc","channel_data":"{}"}}`,
 		"auth not hex":                `{"event":"pusher:subscribe","data":{"channel":"presence-room","auth":"k:zz","channel_data":"{}"}}`,
 		"user_id null":                string(subscribe(socket, "presence-room", `{"user_id":null}`, secret)),
+		"user_id true":                string(subscribe(socket, "presence-room", `{"user_id":true}`, secret)),
+		"user_id false":               string(subscribe(socket, "presence-room", `{"user_id":false}`, secret)),
 		"user_id object":              string(subscribe(socket, "presence-room", `{"user_id":{"id":1}}`, secret)),
 		"no user_id":                  string(subscribe(socket, "presence-room", `{"user_info":{}}`, secret)),
 		"channel_data not JSON":       string(subscribe(socket, "presence-room", `user_id=1`, secret)),
@@ -277,4 +279,24 @@ func signed(frame, id string) bool {
 		return strings.EqualFold(sig, strings.TrimPrefix(pushercap.Sign(key, secret, id+"::user::"+str("user_data")), key+":"))
 	}
 	return false
+}
+
+// TestNoParsingOnceTheUserIsKnown: after the frame that gave the connection
+// its user, frames are not parsed (the first identity wins): a large frame
+// costs nothing.
+func TestNoParsingOnceTheUserIsKnown(t *testing.T) {
+	g, _ := newGate(t, 2)
+	c, err := g.Open(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Established("1.1")
+	if r := c.Inspect(context.Background(), presence("1.1", "alice")); r != nil {
+		t.Fatalf("refused: %+v", r)
+	}
+	big := presence("1.1", strings.Repeat("x", 1<<20))
+	if allocs := testing.AllocsPerRun(10, func() { c.Inspect(context.Background(), big) }); allocs != 0 {
+		t.Fatalf("Inspect after the user is known: %v allocations a frame, want 0", allocs)
+	}
 }
