@@ -1,11 +1,15 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,6 +30,8 @@ type Config struct {
 	DemoUpstream    string         `yaml:"demo_upstream"`
 	ShutdownTimeout Duration       `yaml:"shutdown_timeout"`
 	Log             LogConfig      `yaml:"log"`
+	Server          ServerConfig   `yaml:"server"`
+	Timeouts        TimeoutsConfig `yaml:"timeouts"`
 	Store           StoreConfig    `yaml:"store"`
 	ClientIP        ClientIPConfig `yaml:"client_ip"`
 	JWT             *JWTConfig     `yaml:"jwt"`
@@ -37,6 +43,26 @@ type Config struct {
 type LogConfig struct {
 	Level  string `yaml:"level"`  // debug, info (default), warn, error
 	Format string `yaml:"format"` // json (default) or text
+}
+
+// ServerConfig bounds what a client can hold of the proxy listener: it faces
+// the internet.
+type ServerConfig struct {
+	H2C                 bool     `yaml:"h2c"`                    // serve HTTP/2 without TLS too (prior knowledge)
+	ReadHeaderTimeout   Duration `yaml:"read_header_timeout"`    // default 5s
+	IdleTimeout         Duration `yaml:"idle_timeout"`           // keep-alive connections, default 30s
+	BodyReadTimeout     Duration `yaml:"body_read_timeout"`      // longest wait for more of a request body, default 15s
+	MaxHeaderBytes      *Bytes   `yaml:"max_header_bytes"`       // default 64KiB
+	MaxBody             *Bytes   `yaml:"max_body"`               // default 10MiB; 0: no limit
+	MaxConnections      *int     `yaml:"max_connections"`        // default 10000; 0: no limit
+	MaxConnectionsPerIP *int     `yaml:"max_connections_per_ip"` // default 256; 0: no limit; trusted proxies exempt
+}
+
+// TimeoutsConfig bounds a request's time at the upstream.
+type TimeoutsConfig struct {
+	Dial           Duration `yaml:"dial"`            // default 5s
+	ResponseHeader Duration `yaml:"response_header"` // default 60s
+	Total          Duration `yaml:"total"`           // default none
 }
 
 // StoreConfig says where slots live.
@@ -72,33 +98,56 @@ type JWTConfig struct {
 
 // RouteConfig caps the requests of one route.
 type RouteConfig struct {
-	Name     string        `yaml:"name"`
-	Methods  []string      `yaml:"methods"`
-	Path     string        `yaml:"path"`
-	Upstream string        `yaml:"upstream"`
-	Pool     string        `yaml:"pool"`
-	Limits   []LimitConfig `yaml:"limits"`
+	Name     string          `yaml:"name"`
+	Methods  []string        `yaml:"methods"`
+	Path     string          `yaml:"path"`
+	Upstream string          `yaml:"upstream"`
+	Pool     string          `yaml:"pool"`
+	Limits   []LimitConfig   `yaml:"limits"`
+	Timeouts *TimeoutsConfig `yaml:"timeouts"` // fields left out take the top level's
+	Release  string          `yaml:"release"`  // auto (default), on_upstream_done, on_client_done
+	MaxHold  Duration        `yaml:"max_hold"` // default 1m
+	MaxBody  *Bytes          `yaml:"max_body"` // default server.max_body
 }
+
+// Release modes of a route.
+const (
+	ReleaseAuto           = "auto"
+	ReleaseOnUpstreamDone = "on_upstream_done"
+	ReleaseOnClientDone   = "on_client_done"
+)
 
 // LimitConfig is one limit of a route.
 type LimitConfig struct {
 	Max        *int      `yaml:"max"`
 	Key        string    `yaml:"key"` // ip (default), header:NAME, cookie:NAME, claim:NAME
+	OnMissing  string    `yaml:"on_missing"`
 	Wait       Duration  `yaml:"wait"`
 	RetryAfter *Duration `yaml:"retry_after"`
 	TTL        Duration  `yaml:"ttl"`
 	FailMode   string    `yaml:"fail_mode"`
 }
 
+// What a limit does with a request that lacks its key (on_missing).
+const (
+	MissingIP     = "ip"     // count it by its client address, in a pool of its own
+	MissingRefuse = "refuse" // answer 401
+)
+
 // PusherConfig caps Pusher-protocol WebSocket connections per user.
 type PusherConfig struct {
-	Upstream   string            `yaml:"upstream"`
-	DefaultCap *int              `yaml:"default_cap"`
-	Heartbeat  Duration          `yaml:"heartbeat"`
-	TTL        Duration          `yaml:"ttl"`
-	FailOpen   bool              `yaml:"fail_open"`
-	Signin     bool              `yaml:"signin"`
-	Apps       []PusherAppConfig `yaml:"apps"`
+	Upstream          string            `yaml:"upstream"`
+	DefaultCap        *int              `yaml:"default_cap"`
+	Heartbeat         Duration          `yaml:"heartbeat"`
+	TTL               Duration          `yaml:"ttl"`
+	FailOpen          bool              `yaml:"fail_open"`
+	Signin            bool              `yaml:"signin"`
+	MaxMessage        *Bytes            `yaml:"max_message"`         // a client's frames, default 64KiB
+	MessagesPerSecond *float64          `yaml:"messages_per_second"` // a client's frames, default 20; 0: no limit
+	MessageBurst      *int              `yaml:"message_burst"`       // default twice the rate
+	StoreErrorCode    int               `yaml:"store_error_code"`    // default 4100
+	StoreErrorMessage string            `yaml:"store_error_message"`
+	Apps              []PusherAppConfig `yaml:"apps"`
 }
 
 // PusherAppConfig is one Pusher application.
@@ -114,36 +163,49 @@ type PusherAppConfig struct {
 // Duration is a time.Duration written as "1500ms", "2s", "1m".
 type Duration time.Duration
 
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
+func (d *Duration) decodeText(s string) error {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
-		// A TypeError lets the decoder go on and report every problem.
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: invalid duration %q: write it as 500ms, 2s, 1m", n.Line, n.Value)}}
+		return fmt.Errorf("invalid duration %q: write it as 500ms, 2s, 1m", s)
 	}
 	*d = Duration(v)
+	return nil
+}
+
+// Bytes is a size written as "512", "64KiB", "10MiB", "1GB".
+type Bytes int64
+
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kb": 1000, "kib": 1 << 10, "k": 1 << 10,
+	"mb": 1000 * 1000, "mib": 1 << 20, "m": 1 << 20,
+	"gb": 1000 * 1000 * 1000, "gib": 1 << 30, "g": 1 << 30,
+}
+
+var bytesRe = regexp.MustCompile(`^([0-9]+)\s*([A-Za-z]*)$`)
+
+func (b *Bytes) decodeText(s string) error {
+	m := bytesRe.FindStringSubmatch(strings.TrimSpace(s))
+	bad := fmt.Errorf("invalid size %q: write it as 512, 64KiB, 10MiB, 1GiB", s)
+	if m == nil {
+		return bad
+	}
+	unit, ok := byteUnits[strings.ToLower(m[2])]
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if !ok || err != nil || n > math.MaxInt64/unit {
+		return bad
+	}
+	*b = Bytes(n * unit)
 	return nil
 }
 
 // Strings is a list of strings that may be written as one string.
 type Strings []string
 
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (s *Strings) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		*s = Strings{n.Value}
-		return nil
-	}
-	var list []string
-	if err := n.Decode(&list); err != nil {
-		return err
-	}
-	*s = list
-	return nil
-}
+func (s *Strings) decodeText(v string) error { *s = Strings{v}; return nil }
 
-// ConfigError lists every problem of a configuration, each with its line and
-// field.
+// ConfigError lists every problem of a configuration, each with its line,
+// column and field.
 type ConfigError struct {
 	File     string
 	Problems []string
@@ -153,11 +215,10 @@ func (e *ConfigError) Error() string {
 	return e.File + ": invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// LoadConfig reads and validates a configuration file. ${NAME} in it is
+// LoadConfig reads and validates a configuration file. ${NAME} in a value is
 // replaced by the environment variable NAME (secrets stay out of the file);
-// a variable that is not set is an error.
+// a variable that is not set is an error. Relative file names in it (a JWT
+// key) are read from the file's folder.
 func LoadConfig(file string) (*Config, error) {
 	raw, err := os.ReadFile(file)
 	if err != nil {
@@ -166,129 +227,36 @@ func LoadConfig(file string) (*Config, error) {
 	return ParseConfig(file, raw)
 }
 
-// ParseConfig is LoadConfig on bytes; file names them in errors.
+// ParseConfig is LoadConfig on bytes; file names them in errors, and its
+// folder is where relative file names are read from.
 func ParseConfig(file string, raw []byte) (*Config, error) {
-	raw, missing := expandEnv(raw)
-	if len(missing) > 0 {
-		return nil, &ConfigError{File: file, Problems: []string{"environment variables not set: " + strings.Join(missing, ", ")}}
-	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(raw, &root); err != nil {
-		return nil, &ConfigError{File: file, Problems: []string{err.Error()}}
+		return nil, &ConfigError{File: file, Problems: []string{strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	if root.Kind == 0 || len(root.Content) == 0 || isNull(root.Content[0]) {
+		return nil, &ConfigError{File: file, Problems: []string{"line 1, column 1: the file is empty: it needs at least upstream: (the URL requests go to); see examples/gateway.yaml"}}
 	}
 	var cfg Config
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			problems := make([]string, len(te.Errors))
-			for i, e := range te.Errors {
-				problems[i] = nameField(&root, e)
-			}
-			return nil, &ConfigError{File: file, Problems: problems}
-		}
-		return nil, &ConfigError{File: file, Problems: []string{nameField(&root, err.Error())}}
-	}
-	v := &validator{root: &root}
+	d := &decoder{}
+	d.decode(root.Content[0], reflect.ValueOf(&cfg).Elem(), nil)
+	v := &validator{root: &root, dir: filepath.Dir(file), bad: d.bad}
 	v.validate(&cfg)
-	if len(v.problems) > 0 {
-		return nil, &ConfigError{File: file, Problems: v.problems}
+	problems := append(d.problems, v.problems...)
+	if len(problems) > 0 {
+		sortProblems(problems)
+		out := make([]string, len(problems))
+		for i, p := range problems {
+			out[i] = p.String()
+		}
+		return nil, &ConfigError{File: file, Problems: out}
 	}
-	cfg.defaults()
+	cfg.defaults(filepath.Dir(file))
 	return &cfg, nil
 }
 
-var (
-	lineOf       = regexp.MustCompile(`^line (\d+): `)
-	unknownField = regexp.MustCompile(`field \S+ not found in type \S+`)
-)
-
-// nameField adds to a decoding error ("line 11: invalid duration") the
-// field whose value is on that line: "line 11: routes[0].limits[1].wait:
-// invalid duration".
-func nameField(root *yaml.Node, problem string) string {
-	m := lineOf.FindStringSubmatch(problem)
-	if m == nil {
-		return problem
-	}
-	line, _ := strconv.Atoi(m[1])
-	var found []any
-	var walk func(n *yaml.Node, path []any)
-	walk = func(n *yaml.Node, path []any) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := append(path[:len(path):len(path)], k.Value)
-				if v.Line == line || k.Line == line {
-					found = p
-				}
-				walk(v, p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := append(path[:len(path):len(path)], i)
-				if c.Line == line && c.Kind == yaml.ScalarNode {
-					found = p
-				}
-				walk(c, p)
-			}
-		}
-	}
-	walk(root, nil)
-	if found == nil {
-		return problem
-	}
-	msg := unknownField.ReplaceAllString(problem[len(m[0]):], "unknown field (docs/gateway.md lists them)")
-	return m[0] + field(found...) + ": " + msg
-}
-
-// expandEnv replaces ${NAME} with the environment variable NAME, outside
-// comments, and returns the names that are not set.
-func expandEnv(raw []byte) ([]byte, []string) {
-	var missing []string
-	lines := bytes.Split(raw, []byte("\n"))
-	for i, line := range lines {
-		code, comment := splitComment(line)
-		code = envRef.ReplaceAllFunc(code, func(m []byte) []byte {
-			name := string(envRef.FindSubmatch(m)[1])
-			v, ok := os.LookupEnv(name)
-			if !ok {
-				missing = append(missing, name)
-			}
-			return []byte(v)
-		})
-		lines[i] = append(code, comment...)
-	}
-	return bytes.Join(lines, []byte("\n")), missing
-}
-
-// splitComment splits a YAML line before its comment: a '#' at the start or
-// after a space, outside quotes.
-func splitComment(line []byte) (code, comment []byte) {
-	var quote byte
-	for i, c := range line {
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
-			return line[:i:i], line[i:]
-		}
-	}
-	return line, nil
-}
-
-// defaults fills the fields left empty.
-func (c *Config) defaults() {
+// defaults fills the fields left empty, and makes file names absolute.
+func (c *Config) defaults(dir string) {
 	if len(c.Listen) == 0 {
 		c.Listen = Strings{"127.0.0.1:8080"}
 	}
@@ -298,6 +266,16 @@ func (c *Config) defaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Duration(30 * time.Second)
 	}
+	s := &c.Server
+	setDuration(&s.ReadHeaderTimeout, 5*time.Second)
+	setDuration(&s.IdleTimeout, 30*time.Second)
+	setDuration(&s.BodyReadTimeout, 15*time.Second)
+	setPtr(&s.MaxHeaderBytes, 64<<10)
+	setPtr(&s.MaxBody, 10<<20)
+	setPtr(&s.MaxConnections, 10000)
+	setPtr(&s.MaxConnectionsPerIP, 256)
+	setDuration(&c.Timeouts.Dial, 5*time.Second)
+	setDuration(&c.Timeouts.ResponseHeader, 60*time.Second)
 	if c.Store.Type == "" {
 		c.Store.Type = "memory"
 	}
@@ -307,78 +285,104 @@ func (c *Config) defaults() {
 	if c.ClientIP.Header == "" {
 		c.ClientIP.Header = "X-Forwarded-For"
 	}
+	if j := c.JWT; j != nil {
+		j.PublicKeyFile = resolve(dir, j.PublicKeyFile)
+		j.JWKSFile = resolve(dir, j.JWKSFile)
+	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		if r.Pool == "" {
 			r.Pool = r.Name
 		}
+		t := c.Timeouts
+		if r.Timeouts != nil {
+			setDuration(&r.Timeouts.Dial, time.Duration(t.Dial))
+			setDuration(&r.Timeouts.ResponseHeader, time.Duration(t.ResponseHeader))
+			setDuration(&r.Timeouts.Total, time.Duration(t.Total))
+		} else {
+			r.Timeouts = &t
+		}
+		if r.Release == "" {
+			r.Release = ReleaseAuto
+		}
+		setDuration(&r.MaxHold, time.Minute)
+		if r.MaxBody == nil {
+			r.MaxBody = s.MaxBody
+		}
 		for j := range r.Limits {
-			if r.Limits[j].Key == "" {
-				r.Limits[j].Key = "ip"
+			l := &r.Limits[j]
+			if l.Key == "" {
+				l.Key = "ip"
+			}
+			if l.OnMissing == "" {
+				l.OnMissing = MissingIP
 			}
 		}
 	}
-	if p := c.Pusher; p != nil && p.Upstream == "" {
-		p.Upstream = c.Upstream
+	if p := c.Pusher; p != nil {
+		if p.Upstream == "" {
+			p.Upstream = c.Upstream
+		}
+		setPtr(&p.MaxMessage, 64<<10)
+		setPtr(&p.MessagesPerSecond, 20)
+		if p.MessageBurst == nil {
+			b := max(1, int(math.Ceil(2**p.MessagesPerSecond)))
+			p.MessageBurst = &b
+		}
+		if p.StoreErrorCode == 0 {
+			p.StoreErrorCode = pushercap.DefaultStoreErrorCode
+		}
+		if p.StoreErrorMessage == "" {
+			p.StoreErrorMessage = pushercap.DefaultStoreErrorMessage
+		}
 	}
 }
 
-// validator collects problems, each located by the line of its field.
+func setDuration(d *Duration, v time.Duration) {
+	if *d == 0 {
+		*d = Duration(v)
+	}
+}
+
+func setPtr[T any](p **T, v T) {
+	if *p == nil {
+		*p = &v
+	}
+}
+
+func resolve(dir, file string) string {
+	if file == "" || filepath.IsAbs(file) {
+		return file
+	}
+	return filepath.Join(dir, file)
+}
+
+// validator collects problems, each located by its field's node.
 type validator struct {
 	root     *yaml.Node
-	problems []string
-}
-
-// at returns the line of the value at path (map keys and list indexes), or
-// of the nearest ancestor that exists.
-func (v *validator) at(path ...any) int {
-	n := v.root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := n.Line
-	for _, p := range path {
-		switch p := p.(type) {
-		case string:
-			found := false
-			for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == p {
-					n, found = n.Content[i+1], true
-					break
-				}
-			}
-			if !found {
-				return line
-			}
-		case int:
-			if n.Kind != yaml.SequenceNode || p >= len(n.Content) {
-				return line
-			}
-			n = n.Content[p]
-		}
-		line = n.Line
-	}
-	return line
-}
-
-func field(path ...any) string {
-	var b strings.Builder
-	for _, p := range path {
-		switch p := p.(type) {
-		case string:
-			if b.Len() > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(p)
-		case int:
-			b.WriteString("[" + strconv.Itoa(p) + "]")
-		}
-	}
-	return b.String()
+	dir      string
+	bad      map[string]bool // paths the decoder already reported
+	problems []problem
 }
 
 func (v *validator) errf(path []any, format string, args ...any) {
-	v.problems = append(v.problems, fmt.Sprintf("line %d: %s: %s", v.at(path...), field(path...), fmt.Sprintf(format, args...)))
+	f := field(path...)
+	for p := f; p != ""; p = parent(p) {
+		if v.bad[p] {
+			return // its value could not be decoded: that is the problem to fix
+		}
+	}
+	n := locate(v.root, path...)
+	v.problems = append(v.problems, problem{line: n.Line, col: n.Column, path: f, msg: fmt.Sprintf(format, args...)})
+}
+
+// parent returns the path of the field that holds p: routes[0].limits[1] for
+// routes[0].limits[1].max.
+func parent(p string) string {
+	if i := strings.LastIndexAny(p, ".["); i > 0 {
+		return p[:i]
+	}
+	return ""
 }
 
 func p(path ...any) []any { return path }
@@ -397,9 +401,29 @@ func (v *validator) url(path []any, s string, schemes ...string) {
 	v.errf(path, "invalid URL %q: the scheme must be %s", s, strings.Join(schemes, " or "))
 }
 
+func (v *validator) addr(path []any, s string) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		v.errf(path, "invalid address %q: want host:port, such as 127.0.0.1:8080 or :8080", s)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.errf(path, "invalid port %q: a number from 0 to 65535", port)
+	}
+	if strings.ContainsAny(host, " /") {
+		v.errf(path, "invalid host %q", host)
+	}
+}
+
 func (v *validator) failMode(path []any, s string) {
 	if s != "" && s != "open" && s != "closed" {
 		v.errf(path, "invalid fail mode %q: open or closed", s)
+	}
+}
+
+func (v *validator) nonNegative(path []any, d Duration) {
+	if d < 0 {
+		v.errf(path, "must be at least 0")
 	}
 }
 
@@ -410,6 +434,19 @@ func (v *validator) validate(c *Config) {
 		v.errf(p("upstream"), "required: the URL requests go to, such as http://127.0.0.1:3000")
 	} else {
 		v.url(p("upstream"), c.Upstream, "http", "https")
+	}
+	for i, a := range c.Listen {
+		path := p("listen")
+		if len(c.Listen) > 1 || locate(v.root, "listen").Kind == yaml.SequenceNode {
+			path = p("listen", i)
+		}
+		v.addr(path, a)
+	}
+	if c.Admin != "" {
+		v.addr(p("admin"), c.Admin)
+	}
+	if c.DemoUpstream != "" {
+		v.addr(p("demo_upstream"), c.DemoUpstream)
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
@@ -424,6 +461,8 @@ func (v *validator) validate(c *Config) {
 	if c.ShutdownTimeout < 0 {
 		v.errf(p("shutdown_timeout"), "must be positive")
 	}
+	v.server(&c.Server)
+	v.timeouts(p("timeouts"), &c.Timeouts)
 	v.store(&c.Store)
 	switch c.ClientIP.Header {
 	case "", "X-Forwarded-For", "Forwarded":
@@ -451,14 +490,49 @@ func (v *validator) validate(c *Config) {
 		if j.HS256Secret != "" && len(j.HS256Secret) < 32 {
 			v.errf(p("jwt", "hs256_secret"), "too short: at least 32 bytes")
 		}
+		if n == 1 && (j.PublicKeyFile != "" || j.JWKSFile != "") {
+			resolved := *j
+			resolved.PublicKeyFile, resolved.JWKSFile = resolve(v.dir, j.PublicKeyFile), resolve(v.dir, j.JWKSFile)
+			var fe *fieldError
+			if _, err := newTokenVerifier(&resolved); errors.As(err, &fe) {
+				v.errf(p("jwt", fe.field), "%v", fe.err)
+			}
+		}
 	}
 	pools := map[string]int{}
+	mux := http.NewServeMux()
 	for i, r := range c.Routes {
-		v.route(i, r, c, pools)
+		v.route(i, r, c, pools, mux)
 	}
 	if c.Pusher != nil {
-		v.pusher(c.Pusher, c)
+		v.pusher(c.Pusher)
 	}
+}
+
+func (v *validator) server(s *ServerConfig) {
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"idle_timeout", s.IdleTimeout}, {"body_read_timeout", s.BodyReadTimeout}} {
+		v.nonNegative(p("server", f.name), f.d)
+	}
+	if s.MaxHeaderBytes != nil && *s.MaxHeaderBytes < 1024 {
+		v.errf(p("server", "max_header_bytes"), "must be at least 1KiB")
+	}
+	for _, f := range []struct {
+		name string
+		n    *int
+	}{{"max_connections", s.MaxConnections}, {"max_connections_per_ip", s.MaxConnectionsPerIP}} {
+		if f.n != nil && *f.n < 0 {
+			v.errf(p("server", f.name), "must be at least 0 (0: no limit)")
+		}
+	}
+}
+
+func (v *validator) timeouts(path []any, t *TimeoutsConfig) {
+	v.nonNegative(append(path[:len(path):len(path)], "dial"), t.Dial)
+	v.nonNegative(append(path[:len(path):len(path)], "response_header"), t.ResponseHeader)
+	v.nonNegative(append(path[:len(path):len(path)], "total"), t.Total)
 }
 
 func (v *validator) store(s *StoreConfig) {
@@ -484,57 +558,86 @@ func (v *validator) store(s *StoreConfig) {
 	default:
 		v.errf(p("store", "type"), "invalid store %q: memory, redis, sentinel or cluster", s.Type)
 	}
+	for i, a := range s.Addrs {
+		v.addr(p("store", "addrs", i), a)
+	}
 	if strings.ContainsAny(s.Prefix, "{}") {
 		v.errf(p("store", "prefix"), "must not contain { or }")
 	}
 	v.failMode(p("store", "fail_mode"), s.FailMode)
 }
 
-func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int) {
+// reservedPool reports whether a route's pool would share a name with
+// another front door's pools.
+func reservedPool(pool string) bool { return httplimit.ReservedName(pool) }
+
+func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int, mux *http.ServeMux) {
+	rp := func(f ...any) []any { return append(p("routes", i), f...) }
 	if r.Name == "" {
-		v.errf(p("routes", i, "name"), "required")
+		v.errf(rp("name"), "required")
 	}
-	if !strings.HasPrefix(r.Path, "/") {
-		v.errf(p("routes", i, "path"), "required, starting with /: /exports, /api/ (a prefix), /users/{id}/export")
-	}
-	if strings.HasPrefix(r.Path, "/app/") && c.Pusher != nil {
-		v.errf(p("routes", i, "path"), "/app/ is the Pusher WebSocket endpoint")
+	switch {
+	case !strings.HasPrefix(r.Path, "/"):
+		v.errf(rp("path"), "required, starting with /: /exports, /api/ (a prefix), /users/{id}/export")
+	case c.Pusher != nil && isPusherPath(strings.ToLower(r.Path)):
+		v.errf(rp("path"), "/app/ is the Pusher WebSocket endpoint")
+	default:
+		patterns := []string{r.Path}
+		if len(r.Methods) > 0 {
+			patterns = patterns[:0]
+			for _, m := range r.Methods {
+				patterns = append(patterns, m+" "+r.Path)
+			}
+		}
+		for _, pat := range patterns {
+			if err := register(mux, pat); err != nil {
+				v.errf(rp("path"), "%v", err)
+				break
+			}
+		}
 	}
 	for j, m := range r.Methods {
 		if !methodName.MatchString(m) {
-			v.errf(p("routes", i, "methods", j), "invalid method %q: upper case, such as GET or POST", m)
+			v.errf(rp("methods", j), "invalid method %q: upper case, such as GET or POST", m)
 		}
 	}
 	if r.Upstream != "" {
-		v.url(p("routes", i, "upstream"), r.Upstream, "http", "https")
+		v.url(rp("upstream"), r.Upstream, "http", "https")
 	}
+	if r.Timeouts != nil {
+		v.timeouts(rp("timeouts"), r.Timeouts)
+	}
+	switch r.Release {
+	case "", ReleaseAuto, ReleaseOnUpstreamDone, ReleaseOnClientDone:
+	default:
+		v.errf(rp("release"), "invalid %q: auto, on_upstream_done or on_client_done", r.Release)
+	}
+	v.nonNegative(rp("max_hold"), r.MaxHold)
 	pool := r.Pool
 	if pool == "" {
 		pool = r.Name
 	}
-	if pool == "job" || strings.HasPrefix(pool, "job:") {
-		v.errf(p("routes", i, "pool"), "%q is reserved for job limits", pool)
+	if reservedPool(pool) {
+		v.errf(rp("pool"), "%q is reserved for job limits", pool)
 	}
 	if prev, ok := pools[pool]; ok && !sameLimits(c.Routes[prev].Limits, r.Limits) {
-		v.errf(p("routes", i, "limits"), "routes %q and %q share pool %q but not their limits", c.Routes[prev].Name, r.Name, pool)
+		v.errf(rp("limits"), "routes %q and %q share pool %q but not their limits", c.Routes[prev].Name, r.Name, pool)
 	} else if !ok {
 		pools[pool] = i
 	}
 	if len(r.Limits) == 0 {
-		v.errf(p("routes", i, "limits"), "at least one limit")
+		v.errf(rp("limits"), "at least one limit")
 	}
 	keys := map[string]bool{}
 	for j, l := range r.Limits {
-		lp := func(f string) []any { return p("routes", i, "limits", j, f) }
+		lp := func(f string) []any { return rp("limits", j, f) }
 		switch {
 		case l.Max == nil:
 			v.errf(lp("max"), "required: requests in flight per key (0 refuses every request)")
 		case *l.Max < 0:
 			v.errf(lp("max"), "must be at least 0, not %d", *l.Max)
 		}
-		if l.Wait < 0 {
-			v.errf(lp("wait"), "must be at least 0")
-		}
+		v.nonNegative(lp("wait"), l.Wait)
 		if l.TTL != 0 && time.Duration(l.TTL) < time.Millisecond {
 			v.errf(lp("ttl"), "must be at least 1ms")
 		}
@@ -542,25 +645,39 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int)
 			v.errf(lp("retry_after"), "must be at least 0 (0 sends no Retry-After)")
 		}
 		v.failMode(lp("fail_mode"), l.FailMode)
-		key := l.Key
-		if key == "" {
-			key = "ip"
-		}
-		kind, name, _ := strings.Cut(key, ":")
-		switch {
-		case key == "ip":
-		case (kind == "header" || kind == "cookie" || kind == "claim") && name != "":
-			if kind == "claim" && c.JWT == nil {
-				v.errf(lp("key"), "%q needs the jwt section, to verify the tokens it reads", key)
-			}
+		switch l.OnMissing {
+		case "", MissingIP, MissingRefuse:
 		default:
-			v.errf(lp("key"), "invalid key %q: ip, header:NAME, cookie:NAME or claim:NAME", key)
+			v.errf(lp("on_missing"), "invalid %q: ip (count by client address) or refuse (401)", l.OnMissing)
 		}
-		if keys[key] {
-			v.errf(lp("key"), "two limits of one route on the same key %q", key)
+		src, err := parseKey(l.Key)
+		if err != nil {
+			v.errf(lp("key"), "%v", err)
+			continue
 		}
-		keys[key] = true
+		if src.kind == "claim" && c.JWT == nil {
+			v.errf(lp("key"), "%q needs the jwt section, to verify the tokens it reads", l.Key)
+		}
+		if keys[src.String()] {
+			v.errf(lp("key"), "two limits of one route on the same key %q", src.String())
+		}
+		keys[src.String()] = true
 	}
+}
+
+var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
+
+// register adds pattern to mux, returning ServeMux's panic for an invalid or
+// conflicting pattern as an error.
+func register(mux *http.ServeMux, pattern string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg := registeredAt.ReplaceAllString(fmt.Sprint(r), "")
+			err = errors.New(strings.ReplaceAll(msg, ":\n", ": "))
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return nil
 }
 
 func sameLimits(a, b []LimitConfig) bool {
@@ -569,22 +686,43 @@ func sameLimits(a, b []LimitConfig) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || x.TTL != y.TTL || x.FailMode != y.FailMode {
+		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || x.TTL != y.TTL || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing {
 			return false
 		}
 	}
 	return true
 }
 
-func (v *validator) pusher(pc *PusherConfig, c *Config) {
+func (v *validator) pusher(pc *PusherConfig) {
 	if pc.Upstream != "" {
 		v.url(p("pusher", "upstream"), pc.Upstream, "http", "https", "ws", "wss")
 	}
 	if pc.DefaultCap != nil && *pc.DefaultCap < 0 {
 		v.errf(p("pusher", "default_cap"), "must be at least 0 (0: uncapped)")
 	}
-	if pc.Heartbeat < 0 || pc.TTL < 0 || (pc.Heartbeat > 0 && pc.TTL > 0 && pc.TTL <= pc.Heartbeat) {
-		v.errf(p("pusher", "ttl"), "must exceed the heartbeat")
+	v.nonNegative(p("pusher", "heartbeat"), pc.Heartbeat)
+	v.nonNegative(p("pusher", "ttl"), pc.TTL)
+	hb, ttl := pc.Heartbeat, pc.TTL
+	if hb == 0 {
+		hb = Duration(30 * time.Second)
+	}
+	if ttl == 0 {
+		ttl = Duration(90 * time.Second)
+	}
+	if hb > 0 && ttl > 0 && ttl <= hb {
+		v.errf(p("pusher", "ttl"), "must exceed the heartbeat (%s)", time.Duration(hb))
+	}
+	if pc.MaxMessage != nil && *pc.MaxMessage < 1024 {
+		v.errf(p("pusher", "max_message"), "must be at least 1KiB")
+	}
+	if pc.MessagesPerSecond != nil && *pc.MessagesPerSecond < 0 {
+		v.errf(p("pusher", "messages_per_second"), "must be at least 0 (0: no limit)")
+	}
+	if pc.MessageBurst != nil && *pc.MessageBurst < 1 {
+		v.errf(p("pusher", "message_burst"), "must be at least 1")
+	}
+	if pc.StoreErrorCode != 0 && !pushercap.Reconnects(pc.StoreErrorCode) {
+		v.errf(p("pusher", "store_error_code"), "%d would stop pusher-js from reconnecting once the store is back: use 4100-4199 (reconnect after a back-off)", pc.StoreErrorCode)
 	}
 	if len(pc.Apps) == 0 {
 		v.errf(p("pusher", "apps"), "at least one app")
@@ -595,9 +733,12 @@ func (v *validator) pusher(pc *PusherConfig, c *Config) {
 		if a.ID == "" {
 			v.errf(ap("id"), "required")
 		}
-		if a.Key == "" {
+		switch {
+		case a.Key == "":
 			v.errf(ap("key"), "required")
-		} else if keys[a.Key] {
+		case !validAppKey(a.Key):
+			v.errf(ap("key"), "invalid key %q: letters, digits, '-', '_' and '.' only", a.Key)
+		case keys[a.Key]:
 			v.errf(ap("key"), "key %q is used twice", a.Key)
 		}
 		keys[a.Key] = true
@@ -611,4 +752,18 @@ func (v *validator) pusher(pc *PusherConfig, c *Config) {
 			v.errf(ap("error_code"), "%d lets pusher-js reconnect: use 4000-4099 or 4300-4999", a.ErrorCode)
 		}
 	}
+}
+
+// validAppKey reports whether an app key can appear in /app/{key} as is.
+func validAppKey(k string) bool {
+	if k == "." || k == ".." {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
 	"os"
 	"regexp"
 	"strings"
@@ -17,6 +19,8 @@ func TestDocumentedConfigsAreValid(t *testing.T) {
 	t.Setenv("REDIS_PASSWORD", "secret")
 	t.Setenv("PUSHER_SECRET", "secret")
 	block := regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	jwks := writeJWKS(t, "docs", &key.PublicKey)
 	for _, file := range []string{"../README.md", "../docs/gateway.md", "../examples/gateway.yaml"} {
 		raw, err := os.ReadFile(file)
 		if err != nil {
@@ -39,6 +43,7 @@ func TestDocumentedConfigsAreValid(t *testing.T) {
 			if strings.Contains(b, "claim:") && !strings.Contains(b, "jwt:") {
 				b = "jwt: {hs256_secret: 0123456789abcdef0123456789abcdef}\n" + b
 			}
+			b = strings.ReplaceAll(b, "/etc/keycap/jwks.json", jwks) // a file the test has
 			if _, err := gateway.ParseConfig(file, []byte(b)); err != nil {
 				t.Errorf("%s, block %d:\n%s\n%v", file, i+1, b, err)
 			}

@@ -44,11 +44,13 @@ func TestMain(m *testing.M) {
 
 // gw is a running keycap process.
 type gw struct {
-	cmd   *exec.Cmd
-	file  string
-	proxy string // http://host:port
-	admin string
-	logs  chan map[string]any
+	cmd     *exec.Cmd
+	file    string
+	proxy   string // http://host:port
+	admin   string
+	logs    chan map[string]any
+	exited  chan struct{} // closed when the process has exited
+	exitErr error         // its exit status, once exited is closed
 }
 
 // startGateway writes config (listen and admin addresses are added) and
@@ -56,7 +58,11 @@ type gw struct {
 func startGateway(t *testing.T, config string) *gw {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "keycap.yaml")
-	config = "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdown_timeout: 10s\nlog: {level: debug}\n" + config
+	for _, line := range []string{"log: {level: debug}", "shutdown_timeout: 10s", "admin: 127.0.0.1:0", "listen: 127.0.0.1:0"} {
+		if field, _, _ := strings.Cut(line, ":"); !strings.Contains("\n"+config, "\n"+field+":") {
+			config = line + "\n" + config
+		}
+	}
 	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +81,16 @@ func runGateway(t *testing.T, file string) *gw {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gw{cmd: cmd, file: file, logs: make(chan map[string]any, 10000)}
+	g := &gw{cmd: cmd, file: file, logs: make(chan map[string]any, 10000), exited: make(chan struct{})}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+		<-g.exited // stderr closes with the process: the reader below ends
 	})
 	go func() {
+		defer func() {
+			g.exitErr = cmd.Wait() // after stderr is read to its end, as StderrPipe asks
+			close(g.exited)
+		}()
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var m map[string]any
@@ -124,6 +134,17 @@ func (g *gw) waitLog(t *testing.T, msg string) map[string]any {
 		case <-timeout:
 			t.Fatalf("keycap never logged %q", msg)
 		}
+	}
+}
+
+// wait waits up to d for the process to exit, and kills it after that.
+func (g *gw) wait(d time.Duration) error {
+	select {
+	case <-g.exited:
+		return g.exitErr
+	case <-time.After(d):
+		_ = g.cmd.Process.Kill()
+		return fmt.Errorf("still running after %s: killed", d)
 	}
 }
 
@@ -406,26 +427,40 @@ func TestReload(t *testing.T) {
 	release2()
 }
 
-// TestGracefulShutdown: SIGTERM lets a request in flight finish.
+// TestGracefulShutdown: SIGTERM lets a request in flight finish; durations
+// in the logs are in seconds.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	entered, finish := make(chan struct{}), make(chan struct{})
+	entered, finish := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(finish) }) }
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-finish
+		entered <- struct{}{}
+		select {
+		case <-finish:
+		case <-time.After(20 * time.Second):
+		}
 		_, _ = io.WriteString(w, "done")
 	}))
 	defer up.Close()
+	defer release() // before up.Close: a failed test must not leave the handler blocked
 	g := startGateway(t, "upstream: "+up.URL+"\n")
 	got := make(chan string, 1)
 	go func() {
-		_, _, body := get(t, g.proxy+"/slow")
+		_, _, body := doGet(g.proxy + "/slow")
 		got <- body
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
 	g.signal(t, syscall.SIGTERM)
-	g.waitLog(t, "keycap: shutting down")
-	close(finish)
+	m := g.waitLog(t, "keycap: shutting down")
+	if m["timeout"] != 10.0 {
+		t.Errorf("shutdown timeout logged as %v, want 10 (seconds)", m["timeout"])
+	}
+	release()
 	select {
 	case body := <-got:
 		if body != "done" {
@@ -434,13 +469,47 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the request in flight was not drained")
 	}
-	if err := g.cmd.Wait(); err != nil {
+	if err := g.wait(15 * time.Second); err != nil {
 		t.Fatalf("keycap exited with %v", err)
 	}
 }
 
-// TestHealthAndReadiness: /healthz always; /readyz only when the store
-// answers or every limit fails open.
+// TestShutdownSaysWhatWasCut: a shutdown cut short by shutdown_timeout says
+// how many requests it cut off.
+func TestShutdownSaysWhatWasCut(t *testing.T) {
+	t.Parallel()
+	entered, finish := make(chan struct{}, 1), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select {
+		case <-finish:
+		case <-r.Context().Done():
+		case <-time.After(20 * time.Second):
+		}
+	}))
+	defer up.Close()
+	defer close(finish)
+	g := startGateway(t, "upstream: "+up.URL+"\nshutdown_timeout: 300ms\n")
+	go func() { _, _, _ = doGet(g.proxy + "/never") }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
+	g.signal(t, syscall.SIGTERM)
+	m := g.waitLog(t, "keycap: shutdown cut requests short")
+	if m["requests"] != 1.0 || m["timeout"] != 0.3 {
+		t.Errorf("logged %v", m)
+	}
+	if err := g.wait(15 * time.Second); err == nil {
+		t.Error("keycap exited 0 after cutting a request short")
+	}
+}
+
+// TestHealthAndReadiness: /healthz always; /readyz while the store answers,
+// and while it does not as long as the gateway can serve something — an
+// uncapped path, a limit failing open, WebSockets failing open — so that a
+// Redis blip does not make a load balancer pull every gateway.
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -448,23 +517,27 @@ func TestHealthAndReadiness(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	deadRedis := ln.Addr().String()
 	_ = ln.Close()
+	pusher := "pusher: {apps: [{id: '1', key: k, secret: s}]}\n" // fails closed by default
 	for _, tc := range []struct {
-		redis, failMode string
-		ready           int
+		name, redis, failMode, path, extra string
+		ready                              int
 	}{
-		{testenv.RedisAddr(), "closed", 200},
-		{deadRedis, "closed", 503},
-		{deadRedis, "open", 200},
+		{"store up", testenv.RedisAddr(), "closed", "/", "", 200},
+		{"store down, everything fails closed", deadRedis, "closed", "/", "", 503},
+		{"store down, fails open", deadRedis, "open", "/", "", 200},
+		{"store down, an uncapped catch-all serves", deadRedis, "closed", "/r", "", 200},
+		{"store down, HTTP open, WebSockets closed", deadRedis, "open", "/", pusher, 200},
+		{"store down, HTTP and WebSockets closed", deadRedis, "closed", "/", pusher, 503},
 	} {
 		g := startGateway(t, fmt.Sprintf(`upstream: %s
 store: {type: redis, url: "redis://%s", fail_mode: %s}
-routes: [{name: r, path: /r, limits: [{max: 1}]}]
-`, up.URL, tc.redis, tc.failMode))
+routes: [{name: r, path: %s, limits: [{max: 1}]}]
+%s`, up.URL, tc.redis, tc.failMode, tc.path, tc.extra))
 		if code, _, _ := get(t, g.admin+"/healthz"); code != 200 {
 			t.Errorf("healthz: %d", code)
 		}
 		if code, _, body := get(t, g.admin+"/readyz"); code != tc.ready {
-			t.Errorf("redis %s, fail %s: readyz %d %q, want %d", tc.redis, tc.failMode, code, body, tc.ready)
+			t.Errorf("%s: readyz %d %q, want %d", tc.name, code, body, tc.ready)
 		}
 		if code, _, body := get(t, g.admin+"/metrics"); code != 200 || !strings.Contains(body, "keycap_store_up") {
 			t.Errorf("metrics: %d", code)
@@ -554,5 +627,46 @@ func TestTheMainJob(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("keycap try printed no %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestCommandLine: help lists the commands and exits 0; a missing
+// configuration file says what to do.
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		out, err := runBinary(t, args...)
+		if err != nil || !strings.Contains(out, "keycap check -config FILE") || !strings.Contains(out, "keycap try") {
+			t.Errorf("keycap %v: %v\n%s", args, err, out)
+		}
+	}
+	cmd := exec.Command(binary)
+	cmd.Dir = t.TempDir() // no keycap.yaml here
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no configuration file keycap.yaml") || !strings.Contains(string(out), "examples/gateway.yaml") {
+		t.Errorf("bare keycap: %v\n%s", err, out)
+	}
+	if out, err := runBinary(t, "check", "-h"); err != nil || !strings.Contains(out, "-config") {
+		t.Errorf("keycap check -h: %v\n%s", err, out)
+	}
+}
+
+// TestH2C: with server.h2c the proxy speaks HTTP/2 without TLS too.
+func TestH2C(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer up.Close()
+	g := startGateway(t, "upstream: "+up.URL+"\nserver: {h2c: true}\nroutes: [{name: r, path: /r, limits: [{max: 1}]}]\n")
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(g.proxy + "/r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(body) != "ok" {
+		t.Fatalf("%s %d %q, want HTTP/2 and the upstream's answer", resp.Proto, resp.StatusCode, body)
 	}
 }

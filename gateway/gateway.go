@@ -12,10 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,12 +30,13 @@ import (
 // backend is what a configuration's store section builds, kept across
 // reloads that leave that section unchanged.
 type backend struct {
-	cfg     StoreConfig
-	store   keycap.Store
-	client  redis.UniversalClient // nil for memory
-	limiter *keycap.Limiter
-	caps    *conncap.Cap // nil without a pusher section
-	capsCfg capsConfig
+	cfg      StoreConfig
+	store    keycap.Store
+	handover *handover             // while the previous backend's requests last
+	client   redis.UniversalClient // nil for memory
+	limiter  *keycap.Limiter
+	caps     *conncap.Cap // nil without a pusher section
+	capsCfg  capsConfig
 
 	// inflight counts the requests and WebSockets served on this backend,
 	// whichever configuration they started on; closed is closed by close.
@@ -119,10 +119,14 @@ func failMode(s string) keycap.FailMode {
 // router is one configuration made into handlers; a reload builds a new one
 // and swaps it in whole.
 type router struct {
-	cfg     *Config
-	backend *backend
-	http    http.Handler
-	gate    *pushercap.Gate
+	cfg      *Config
+	backend  *backend
+	cip      httplimit.ClientIP
+	mux      *http.ServeMux          // finds a request's pattern...
+	handlers map[string]http.Handler // ...and this its handler
+	catchAll http.Handler            // nil when a route takes "/"
+	gate     *pushercap.Gate
+	ws       *wsProxy // nil without a pusher section
 }
 
 // build makes a router from cfg, reusing old's backend when the store (and
@@ -190,9 +194,17 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 		(old.backend.caps == nil) == (cfg.Pusher == nil) && (cfg.Pusher == nil || sameCaps(old.backend.capsCfg, cc)) {
 		return old.backend, nil // leases and connections carry over
 	}
+	var store keycap.Store
 	store, client, err := newStore(cfg.Store)
 	if err != nil {
 		return nil, err
+	}
+	var ho *handover
+	if old != nil {
+		// Requests and WebSockets of the old configuration hold slots in
+		// its store until they end: count in both until then.
+		ho = newHandover(store, old.backend.store)
+		store = ho
 	}
 	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log)))}
 	if m := failMode(cfg.Store.FailMode); m != keycap.FailDefault {
@@ -202,7 +214,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	be := &backend{cfg: cfg.Store, store: store, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
+	be := &backend{cfg: cfg.Store, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
 	if cfg.Pusher != nil {
 		copts := []conncap.Option{
 			conncap.WithDefaultCap(cc.defaultCap),
@@ -223,14 +235,19 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	return be, nil
 }
 
-// routes builds the HTTP handlers.
+// routes builds the handlers of the configuration.
 func (rt *router) routes(g *Gateway) (err error) {
 	cfg := rt.cfg
 	cip, err := httplimit.NewClientIP(cfg.ClientIP.Header, cfg.ClientIP.IPv6Prefix, cfg.ClientIP.TrustedProxies...)
 	if err != nil {
 		return err
 	}
-	limits, err := httplimit.New(rt.backend.limiter, httplimit.WithClientIP(cip), httplimit.WithLogger(g.log))
+	rt.cip = cip
+	limits, err := httplimit.New(rt.backend.limiter, httplimit.WithClientIP(cip), httplimit.WithLogger(g.log),
+		httplimit.WithOnRefuse(func(r *http.Request, limiter string, err error) {
+			g.log.Debug("keycap: request refused", "route", routeOf(r), "request_id", r.Header.Get("X-Request-Id"),
+				"limiter", limiter, "method", r.Method, "path", r.URL.Path, "reason", err.Error())
+		}))
 	if err != nil {
 		return err
 	}
@@ -240,37 +257,41 @@ func (rt *router) routes(g *Gateway) (err error) {
 			return err
 		}
 	}
-	mux := http.NewServeMux()
-	handle := func(route, pattern string, h http.Handler) (err error) {
-		defer func() {
-			// ServeMux panics on conflicting patterns: a configuration error.
-			if r := recover(); r != nil {
-				err = fmt.Errorf("route %q: %v", route, r)
-			}
-		}()
-		mux.Handle(pattern, h)
+	rt.mux = http.NewServeMux()
+	handle := func(route, pattern string, h http.Handler) error {
+		if err := register(rt.mux, pattern); err != nil {
+			return fmt.Errorf("route %q: %v", route, err)
+		}
+		rt.handlers[pattern] = h
 		return nil
 	}
-	defaultProxy, err := g.proxy(cfg.Upstream)
-	if err != nil {
-		return err
-	}
+	rt.handlers = map[string]http.Handler{}
 	registered := map[string]bool{}
 	catchAll := true // the unlimited default route, unless a route takes "/"
 	for _, r := range cfg.Routes {
-		target := defaultProxy
+		target := cfg.Upstream
 		if r.Upstream != "" {
-			if target, err = g.proxy(r.Upstream); err != nil {
-				return err
-			}
+			target = r.Upstream
+		}
+		t := r.Timeouts
+		proxy, err := g.newRouteProxy(r.Name, target,
+			upstreamSettings{dial: time.Duration(t.Dial), responseHeader: time.Duration(t.ResponseHeader), total: time.Duration(t.Total)},
+			r.Release, time.Duration(r.MaxHold), cip)
+		if err != nil {
+			return err
 		}
 		if !registered[r.Pool] {
-			if err := limits.For(r.Pool, ruleFor(r, cip, verify)); err != nil {
+			if err := limits.For(r.Pool, ruleFor(r)); err != nil {
 				return err
 			}
 			registered[r.Pool] = true
 		}
-		h := limits.Must(r.Pool)(target)
+		h := &routeHandler{
+			name:    r.Name,
+			keys:    newKeyer(r, cip, verify),
+			maxBody: int64(*r.MaxBody),
+			next:    limits.Must(r.Pool)(proxy),
+		}
 		patterns := []string{r.Path}
 		if len(r.Methods) > 0 {
 			patterns = patterns[:0]
@@ -286,40 +307,156 @@ func (rt *router) routes(g *Gateway) (err error) {
 		}
 	}
 	if cfg.Pusher != nil {
+		pc := cfg.Pusher
 		var apps []pushercap.App
-		for _, a := range cfg.Pusher.Apps {
+		for _, a := range pc.Apps {
 			apps = append(apps, pushercap.App{ID: a.ID, Key: a.Key, Secret: a.Secret, ErrorCode: a.ErrorCode, ErrorMessage: a.ErrorMessage})
 		}
-		var opts []pushercap.Option
-		if cfg.Pusher.Signin {
+		opts := []pushercap.Option{pushercap.WithStoreError(pc.StoreErrorCode, pc.StoreErrorMessage)}
+		if pc.Signin {
 			opts = append(opts, pushercap.WithSignin())
 		}
 		if rt.gate, err = pushercap.New(rt.backend.caps, apps, opts...); err != nil {
 			return err
 		}
-		up, err := wsTarget(cfg.Pusher.Upstream)
+		up, err := wsTarget(pc.Upstream)
 		if err != nil {
 			return err
 		}
-		if err := handle("pusher", "GET /app/", &wsProxy{g: g, gate: rt.gate, upstream: up}); err != nil {
+		rt.ws = &wsProxy{g: g, gate: rt.gate, upstream: up, cip: cip,
+			maxMessage: int64(*pc.MaxMessage), rate: *pc.MessagesPerSecond, burst: *pc.MessageBurst}
+	}
+	if catchAll {
+		proxy, err := g.newRouteProxy("default", cfg.Upstream,
+			upstreamSettings{dial: time.Duration(cfg.Timeouts.Dial), responseHeader: time.Duration(cfg.Timeouts.ResponseHeader), total: time.Duration(cfg.Timeouts.Total)},
+			ReleaseOnClientDone, 0, cip)
+		if err != nil {
+			return err
+		}
+		rt.catchAll = &routeHandler{name: "default", maxBody: int64(*cfg.Server.MaxBody), next: proxy}
+		if err := handle("default", "/", rt.catchAll); err != nil {
 			return err
 		}
 	}
-	if catchAll {
-		mux.Handle("/", defaultProxy)
-	}
-	rt.http = requestID(mux)
 	return nil
 }
 
-// ruleFor turns a route's limits into an httplimit rule.
-func ruleFor(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) httplimit.LimitFunc {
-	type limit struct {
-		slots httplimit.Slots
-		key   func(*http.Request) string
+// ServeHTTP routes a request by its canonical path (paths.go): the Pusher
+// endpoint, a route, or the catch-all.
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" || len(id) > 200 {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+		r.Header.Set("X-Request-Id", id)
 	}
-	var ls []limit
+	w.Header().Set("X-Request-Id", id)
+
+	canon, err := canonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		httplimit.WriteError(w, r, http.StatusBadRequest, "Bad Request: invalid path")
+		return
+	}
+	if canon != r.URL.Path || r.URL.RawPath != "" {
+		u := *r.URL
+		u.Path, u.RawPath = canon, ""
+		r = r.WithContext(r.Context())
+		r.URL = &u
+	}
+	if rt.ws != nil && isPusherPath(strings.ToLower(canon)) {
+		rt.ws.ServeHTTP(w, r)
+		return
+	}
+	rt.handler(r).ServeHTTP(w, r)
+}
+
+// handler returns the handler of r's route: the one that matches its path,
+// else the one that matches a variant of it (other case, other trailing
+// slash), else the catch-all.
+func (rt *router) handler(r *http.Request) http.Handler {
+	h, pattern := rt.mux.Handler(r)
+	if pattern == "" {
+		return h // 405: another method of the path is routed
+	}
+	if found := rt.handlers[pattern]; found != rt.catchAll || rt.catchAll == nil {
+		return found
+	}
+	for _, v := range pathVariants(r.URL.Path) {
+		alt := *r
+		u := *r.URL
+		u.Path = v
+		alt.URL = &u
+		if _, pat := rt.mux.Handler(&alt); pat != "" && rt.handlers[pat] != rt.catchAll {
+			return rt.handlers[pat]
+		}
+	}
+	return rt.catchAll
+}
+
+// isPusherPath reports whether a canonical path, in lower case, is the Pusher
+// endpoint's: every spelling of /app/... goes to the WebSocket handler, which
+// serves the exact form /app/{key} only.
+func isPusherPath(lower string) bool {
+	return lower == "/app" || strings.HasPrefix(lower, "/app/")
+}
+
+// routeHandler serves one route: it bounds the request body, finds the keys
+// of the route's limits, and hands the request to the limiter's middleware
+// and the upstream.
+type routeHandler struct {
+	name    string
+	keys    *keyer // nil for the catch-all
+	maxBody int64
+	next    http.Handler
+}
+
+type routeCtxKey struct{}
+
+func routeOf(r *http.Request) string {
+	s, _ := r.Context().Value(routeCtxKey{}).(string)
+	return s
+}
+
+func (h *routeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.maxBody > 0 {
+		if r.ContentLength > h.maxBody {
+			httplimit.WriteError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+		}
+	}
+	ctx := context.WithValue(r.Context(), routeCtxKey{}, h.name)
+	if h.keys != nil {
+		keys, missing, ok := h.keys.keys(r)
+		if !ok {
+			if missing.kind == "claim" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="keycap"`)
+			}
+			httplimit.WriteError(w, r, http.StatusUnauthorized, "Unauthorized: this route needs "+missing.String())
+			return
+		}
+		ctx = withKeys(ctx, keys)
+	}
+	h.next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+func newKeyer(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) *keyer {
+	k := &keyer{cip: cip, verify: verify}
 	for _, l := range r.Limits {
+		src, _ := parseKey(l.Key) // validated
+		k.limits = append(k.limits, limitKey{src: src, onMissing: l.OnMissing})
+	}
+	return k
+}
+
+// ruleFor turns a route's limits into an httplimit rule, keyed by the keys
+// its routeHandler found.
+func ruleFor(r RouteConfig) httplimit.LimitFunc {
+	slots := make([]httplimit.Slots, len(r.Limits))
+	for i, l := range r.Limits {
 		s := httplimit.Max(*l.Max).Wait(time.Duration(l.Wait))
 		if l.TTL > 0 {
 			s = s.TTL(time.Duration(l.TTL))
@@ -333,90 +470,19 @@ func ruleFor(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) httpl
 		case "closed":
 			s = s.FailClosed()
 		}
-		ls = append(ls, limit{s, keyFunc(l.Key, cip, verify)})
+		slots[i] = s
 	}
 	return func(req *http.Request) httplimit.Rule {
-		if len(ls) == 1 {
-			return ls[0].slots.By(ls[0].key(req))
+		keys := keysOf(req)
+		if len(slots) == 1 {
+			return slots[0].By(keys[0])
 		}
-		all := make([]httplimit.Slots, len(ls))
-		for i, l := range ls {
-			all[i] = l.slots.By(l.key(req))
+		all := make([]httplimit.Slots, len(slots))
+		for i, s := range slots {
+			all[i] = s.By(keys[i])
 		}
 		return httplimit.All(all...)
 	}
-}
-
-// keyFunc returns how a limit's key is read from a request. A request
-// without the header, cookie or valid token a key names is counted by its
-// client address: unverified callers share the pool of their address.
-func keyFunc(key string, cip httplimit.ClientIP, verify *tokenVerifier) func(*http.Request) string {
-	kind, name, _ := strings.Cut(key, ":")
-	switch kind {
-	case "header":
-		return func(r *http.Request) string {
-			if v := r.Header.Get(name); v != "" {
-				return "header:" + v
-			}
-			return cip.Key(r)
-		}
-	case "cookie":
-		return func(r *http.Request) string {
-			if c, err := r.Cookie(name); err == nil && c.Value != "" {
-				return "cookie:" + c.Value
-			}
-			return cip.Key(r)
-		}
-	case "claim":
-		return func(r *http.Request) string {
-			if v, ok := verify.claim(r, name); ok {
-				return "claim:" + v
-			}
-			return cip.Key(r)
-		}
-	}
-	return cip.Key
-}
-
-// proxy returns a reverse proxy to target that streams responses as they
-// come (server-sent events, chunked bodies) and answers 502 when the
-// upstream fails.
-func (g *Gateway) proxy(target string) (http.Handler, error) {
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil, err
-	}
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
-			pr.Out.Host = pr.In.Host
-			pr.SetXForwarded()
-		},
-		Transport:     g.transport,
-		FlushInterval: -1,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() == nil {
-				g.log.Warn("keycap: upstream failed", "upstream", target, "method", r.Method, "path", r.URL.Path, "error", err)
-			}
-			w.WriteHeader(http.StatusBadGateway)
-		},
-	}, nil
-}
-
-// requestID gives each request an X-Request-Id, keeping one the client (or
-// a proxy before the gateway) set, and forwards it upstream and back.
-func requestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if id == "" {
-			var b [12]byte
-			_, _ = rand.Read(b[:])
-			id = hex.EncodeToString(b[:])
-			r.Header.Set("X-Request-Id", id)
-		}
-		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r)
-	})
 }
 
 // Gateway serves a configuration, and swaps in a new one on Reload.
@@ -430,22 +496,13 @@ type Gateway struct {
 		sync.RWMutex
 		rt *router
 	}
-	ws wsConns
+	ws       wsConns
+	inflight atomic.Int64 // requests being served
 }
 
 // New builds a gateway from cfg.
 func New(cfg *Config, log *slog.Logger) (*Gateway, error) {
-	g := &Gateway{
-		log:     log,
-		metrics: newMetrics(),
-		transport: &http.Transport{
-			Proxy:               nil,
-			MaxIdleConns:        1024,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-			ForceAttemptHTTP2:   true,
-		},
-	}
+	g := &Gateway{log: log, metrics: newMetrics(), transport: newTransport()}
 	rt, err := g.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -468,8 +525,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.current.rt
 	rt.backend.inflight.Add(1)
 	g.current.RUnlock()
-	defer rt.backend.inflight.Done()
-	rt.http.ServeHTTP(w, r)
+	g.inflight.Add(1)
+	defer func() {
+		g.inflight.Add(-1)
+		rt.backend.inflight.Done()
+	}()
+	rt.ServeHTTP(w, r)
 }
 
 // Reload swaps in cfg, atomically: requests in flight finish on the old
@@ -488,44 +549,83 @@ func (g *Gateway) Reload(cfg *Config) error {
 	g.current.rt = rt
 	g.current.Unlock()
 	if be := old.backend; rt.backend != be {
+		next := rt.backend
 		go func() {
 			// Requests that started on the old store release into it, and
-			// its WebSockets keep their places in its caps until they end.
+			// its WebSockets keep their places in its caps until they end;
+			// meanwhile the new store counts its slots in both.
 			be.inflight.Wait()
+			if next.handover != nil {
+				next.handover.end()
+			}
 			be.close()
 		}()
 	}
 	return nil
 }
 
-// Ready reports whether the gateway can serve: its store answers, or every
-// limit fails open so that it serves without it.
-func (g *Gateway) Ready(ctx context.Context) error {
+// Readiness is what /readyz answers: whether the gateway should receive
+// traffic, and why.
+type Readiness struct {
+	Ready bool   `json:"ready"`
+	Store string `json:"store"`            // "up", or why it is not
+	HTTP  string `json:"http"`             // serving, or refusing (capped routes failing closed)
+	WS    string `json:"pusher,omitempty"` // serving, or refusing new connections
+}
+
+// Ready reports whether the gateway can serve. It is ready while its store
+// answers; when the store does not, it stays ready as long as it can serve
+// something — an uncapped catch-all, a route whose limits fail open, or
+// WebSockets failing open — because every gateway sharing the store is in
+// the same state, and pulling them all from a load balancer would turn a
+// store outage into a full one. It is not ready only when every request and
+// every new connection would be refused.
+func (g *Gateway) Ready(ctx context.Context) Readiness {
 	rt := g.router()
+	rd := Readiness{Ready: true, Store: "up", HTTP: "serving"}
+	if rt.cfg.Pusher != nil {
+		rd.WS = "serving"
+	}
 	if rt.backend.client == nil {
-		return nil
+		return rd
 	}
 	err := rt.backend.client.Ping(ctx).Err()
 	if err == nil {
-		return nil
+		return rd
 	}
-	if rt.failsOpen() {
-		return nil
+	rd.Store = "down: " + err.Error()
+	http, ws := rt.servesWithoutStore()
+	if !http {
+		rd.HTTP = "refusing: every route fails closed"
+	} else {
+		rd.HTTP = "serving: limits fail open"
 	}
-	return fmt.Errorf("store: %w", err)
+	if rt.cfg.Pusher != nil && !ws {
+		rd.WS = "refusing new connections: the pusher section fails closed"
+	} else if rt.cfg.Pusher != nil {
+		rd.WS = "serving: fails open"
+	}
+	rd.Ready = http || (rt.cfg.Pusher != nil && ws)
+	return rd
 }
 
-// failsOpen reports whether every limit of the configuration fails open.
-func (rt *router) failsOpen() bool {
+// servesWithoutStore reports whether some HTTP request, and whether a new
+// WebSocket, is served while the store does not answer.
+func (rt *router) servesWithoutStore() (http, ws bool) {
+	if rt.catchAll != nil {
+		http = true
+	}
 	def := rt.cfg.Store.FailMode != "closed"
 	for _, r := range rt.cfg.Routes {
+		open := true
 		for _, l := range r.Limits {
 			if l.FailMode == "closed" || (l.FailMode == "" && !def) {
-				return false
+				open = false
 			}
 		}
+		http = http || open
 	}
-	return rt.cfg.Pusher == nil || rt.cfg.Pusher.FailOpen
+	return http, rt.cfg.Pusher != nil && rt.cfg.Pusher.FailOpen
 }
 
 // Close closes the open WebSockets (with 1001, going away: clients reconnect

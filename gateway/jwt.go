@@ -20,6 +20,14 @@ type tokenVerifier struct {
 	cookie  string
 }
 
+// fieldError is a problem of one field of the jwt section.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return "jwt." + e.field + ": " + e.err.Error() }
+
 func newTokenVerifier(c *JWTConfig) (*tokenVerifier, error) {
 	v := &tokenVerifier{header: c.Header, cookie: c.Cookie}
 	if v.header == "" {
@@ -34,7 +42,7 @@ func newTokenVerifier(c *JWTConfig) (*tokenVerifier, error) {
 	case c.PublicKeyFile != "":
 		pem, err := os.ReadFile(c.PublicKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("jwt.public_key_file: %w", err)
+			return nil, &fieldError{"public_key_file", err}
 		}
 		if key, err := jwt.ParseRSAPublicKeyFromPEM(pem); err == nil {
 			v.keyfunc = func(*jwt.Token) (any, error) { return key, nil }
@@ -43,21 +51,21 @@ func newTokenVerifier(c *JWTConfig) (*tokenVerifier, error) {
 			v.keyfunc = func(*jwt.Token) (any, error) { return key, nil }
 			methods = []string{"ES256"}
 		} else {
-			return nil, fmt.Errorf("jwt.public_key_file %s: neither an RSA nor an ECDSA public key in PEM", c.PublicKeyFile)
+			return nil, &fieldError{"public_key_file", fmt.Errorf("%s: neither an RSA nor an ECDSA public key in PEM", c.PublicKeyFile)}
 		}
 	case c.JWKSFile != "":
 		raw, err := os.ReadFile(c.JWKSFile)
 		if err != nil {
-			return nil, fmt.Errorf("jwt.jwks_file: %w", err)
+			return nil, &fieldError{"jwks_file", err}
 		}
 		kf, err := keyfunc.NewJWKSetJSON(json.RawMessage(raw))
 		if err != nil {
-			return nil, fmt.Errorf("jwt.jwks_file %s: %w", c.JWKSFile, err)
+			return nil, &fieldError{"jwks_file", fmt.Errorf("%s: %w", c.JWKSFile, err)}
 		}
 		v.keyfunc = kf.Keyfunc
 		methods = []string{"RS256", "ES256"}
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired()}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired(), jwt.WithJSONNumber()}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
 	}
@@ -69,7 +77,8 @@ func newTokenVerifier(c *JWTConfig) (*tokenVerifier, error) {
 }
 
 // token returns the request's raw token, from the cookie when one is
-// configured, else from the header ("Bearer <token>").
+// configured, else from the header ("Bearer <token>", the scheme in any
+// case, or the bare token).
 func (v *tokenVerifier) token(r *http.Request) string {
 	if v.cookie != "" {
 		if c, err := r.Cookie(v.cookie); err == nil {
@@ -77,33 +86,42 @@ func (v *tokenVerifier) token(r *http.Request) string {
 		}
 		return ""
 	}
-	h := r.Header.Get(v.header)
-	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
-		return strings.TrimSpace(t)
+	h := strings.TrimSpace(r.Header.Get(v.header))
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
 	}
-	return strings.TrimSpace(h)
+	return h
 }
 
-// claim returns the claim name of the request's token, as a string, when the
-// token verifies; false otherwise.
-func (v *tokenVerifier) claim(r *http.Request, name string) (string, bool) {
+// claims returns the scalar claims of the request's token, each as a string
+// (numbers exactly as written: an id above 2^53 keeps every digit), when the
+// token verifies; nil otherwise.
+func (v *tokenVerifier) claims(r *http.Request) map[string]string {
+	if v == nil {
+		return nil
+	}
 	raw := v.token(r)
 	if raw == "" {
-		return "", false
+		return nil
 	}
 	claims := jwt.MapClaims{}
 	if _, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc); err != nil {
-		return "", false
+		return nil
 	}
-	switch c := claims[name].(type) {
-	case string:
-		return c, c != ""
-	case float64:
-		return fmt.Sprint(c), true
-	case bool:
-		return fmt.Sprint(c), true
+	out := make(map[string]string, len(claims))
+	for name, c := range claims {
+		switch c := c.(type) {
+		case string:
+			if c != "" {
+				out[name] = c
+			}
+		case json.Number:
+			out[name] = c.String()
+		case bool:
+			out[name] = fmt.Sprint(c)
+		}
 	}
-	return "", false
+	return out
 }
 
 func tlsConfig() *tls.Config { return &tls.Config{MinVersion: tls.VersionTLS12} }

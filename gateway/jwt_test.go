@@ -167,3 +167,39 @@ routes:
 		})
 	}
 }
+
+// TestNumericClaimsAreExact: ids above 2^53 keep every digit: users
+// 9007199254740993 and 9007199254740992 are two users, not one.
+func TestNumericClaimsAreExact(t *testing.T) {
+	t.Parallel()
+	secret := "0123456789abcdef0123456789abcdef"
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") != "" {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	srv, _ := inProcess(t, fmt.Sprintf("upstream: %s\njwt: {hs256_secret: %s}\nroutes: [{name: r, path: /, limits: [{max: 1, key: \"claim:sub\"}]}]\n", up.URL, secret))
+	token := func(sub json.Number) string {
+		s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(secret))
+		return "Bearer " + s
+	}
+	go func() { _, _, _ = doGet(srv.URL+"/?hold=1", "Authorization", token("9007199254740993")) }()
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first request never reached the upstream")
+	}
+	if code, _, _ := doGet(srv.URL+"/", "Authorization", token("9007199254740992")); code != 200 {
+		t.Fatalf("another user with a nearby id: %d, want 200", code)
+	}
+	if code, _, _ := doGet(srv.URL+"/", "Authorization", token("9007199254740993")); code != 429 {
+		t.Fatalf("the same user again: %d, want 429", code)
+	}
+}

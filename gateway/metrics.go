@@ -32,6 +32,20 @@ func newMetrics() *metrics {
 	return &metrics{reg: reg, keycap: k, conns: c}
 }
 
+// refusedConns exports a listener's open connections and those it closed
+// for being over max_connections_per_ip.
+func (m *metrics) refusedConns(listener string, ll *limitListener) {
+	labels := prometheus.Labels{"listener": listener}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "keycap_gateway_connections_refused_total", ConstLabels: labels,
+		Help: "Connections closed at once because their address held max_connections_per_ip already.",
+	}, func() float64 { return float64(ll.refused.Load()) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keycap_gateway_connections", ConstLabels: labels,
+		Help: "Connections open on the listener.",
+	}, func() float64 { return float64(len(ll.total)) }))
+}
+
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +82,83 @@ func TestReloadKeepsTheOldStoreUntilItsRequestsEnd(t *testing.T) {
 	case <-old.closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the old store was not closed after its last request ended")
+	}
+}
+
+// TestReloadOntoAnotherStoreKeepsTheCap: requests that started before a
+// reload hold slots in the old store; until they end, new requests count in
+// both stores, so a cap of 3 admits no fourth during the switch.
+func TestReloadOntoAnotherStoreKeepsTheCap(t *testing.T) {
+	t.Parallel()
+	entered, finish := make(chan struct{}, 10), make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") != "" {
+			entered <- struct{}{}
+			select {
+			case <-finish:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}))
+	defer upstream.Close()
+	var finished sync.Once
+	done := func() { finished.Do(func() { close(finish) }) }
+	defer done()
+	config := func(prefix string) *Config {
+		cfg, err := ParseConfig("t.yaml", []byte("upstream: "+upstream.URL+"\nstore: {type: memory, prefix: "+prefix+"}\n"+
+			"routes: [{name: r, path: /, limits: [{max: 3, key: 'header:X-User'}]}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	g, err := New(config("a:"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	get := func(query string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/x"+query, nil)
+		req.Header.Set("X-User", "u")
+		resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	results := make(chan int, 3)
+	for range 3 {
+		go func() { results <- get("?hold=1") }()
+	}
+	for range 3 {
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the held requests never reached the upstream")
+		}
+	}
+	if err := g.Reload(config("b:")); err != nil {
+		t.Fatal(err)
+	}
+	if code := get(""); code != http.StatusTooManyRequests {
+		t.Fatalf("a fourth request during the switch: %d, want 429", code)
+	}
+	done()
+	for range 3 {
+		select {
+		case code := <-results:
+			if code != 200 {
+				t.Fatalf("a held request ended with %d", code)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the held requests never ended")
+		}
+	}
+	if code := get(""); code != 200 {
+		t.Fatalf("after the old requests ended: %d, want 200", code)
 	}
 }

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap/httplimit"
 )
 
 // Server runs a gateway: its proxy listeners, its admin listener (/metrics,
@@ -28,11 +32,12 @@ type Server struct {
 }
 
 // NewLogger returns the slog logger a configuration asks for, on stderr.
-// go-redis's own messages go to it too, at Debug.
+// Durations are logged in seconds (0.25, not 250000000). go-redis's own
+// messages go to it too, at Debug.
 func NewLogger(c LogConfig) *slog.Logger {
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: secondsAttr}
 	var log *slog.Logger
 	if c.Format == "text" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, opts))
@@ -41,6 +46,14 @@ func NewLogger(c LogConfig) *slog.Logger {
 	}
 	redis.SetLogger(redisLogger{log})
 	return log
+}
+
+// secondsAttr writes durations as seconds.
+func secondsAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key, a.Value.Duration().Seconds())
+	}
+	return a
 }
 
 // redisLogger sends go-redis's messages (dial failures, retries) to slog:
@@ -90,7 +103,24 @@ func (s *Server) listen(kind, addr string, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", kind, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+		ErrorLog: log.New(&slogLogWriter{s.log}, "", 0)}
+	if kind == "proxy" {
+		sc := s.cfg.Server
+		srv.ReadHeaderTimeout = time.Duration(sc.ReadHeaderTimeout)
+		srv.IdleTimeout = time.Duration(sc.IdleTimeout)
+		srv.MaxHeaderBytes = int(*sc.MaxHeaderBytes)
+		srv.Handler = bodyTimeout(time.Duration(sc.BodyReadTimeout), h)
+		if sc.H2C {
+			srv.Protocols = new(http.Protocols)
+			srv.Protocols.SetHTTP1(true)
+			srv.Protocols.SetUnencryptedHTTP2(true)
+		}
+		cip, _ := httplimit.NewClientIP(httplimit.HeaderXForwardedFor, 0, s.cfg.ClientIP.TrustedProxies...) // validated
+		ll := newLimitListener(ln, *sc.MaxConnections, *sc.MaxConnectionsPerIP, cip.Trusted)
+		s.gw.metrics.refusedConns(kind+" "+ln.Addr().String(), ll)
+		ln = ll
+	}
 	s.mu.Lock()
 	s.servers = append(s.servers, srv)
 	s.mu.Unlock()
@@ -110,11 +140,12 @@ func (s *Server) admin() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := s.gw.Ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		rd := s.gw.Ready(ctx)
+		w.Header().Set("Content-Type", "application/json")
+		if !rd.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		_ = json.NewEncoder(w).Encode(rd)
 	})
 	return mux
 }
@@ -140,7 +171,8 @@ func (s *Server) Reload() error {
 
 // Shutdown stops accepting, lets requests in flight finish (streams
 // included) until the configuration's shutdown_timeout, closes the
-// WebSockets with 1001 (going away) and releases everything.
+// WebSockets with 1001 (going away) and releases everything. When the
+// timeout cuts requests short, the error says how many.
 func (s *Server) Shutdown() error {
 	s.mu.Lock()
 	timeout := time.Duration(s.cfg.ShutdownTimeout)
@@ -148,18 +180,29 @@ func (s *Server) Shutdown() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s.log.Info("keycap: shutting down", "timeout", timeout.String())
+	s.log.Info("keycap: shutting down", "timeout", timeout)
 	go s.gw.ws.closeAll() // hijacked connections are not Shutdown's to wait for
-	var err error
+	cut := false
 	for _, srv := range servers {
 		if e := srv.Shutdown(ctx); e != nil {
-			err = e
+			cut = true
+		}
+	}
+	requests := s.gw.inflight.Load()
+	for _, srv := range servers {
+		if cut {
 			_ = srv.Close()
 		}
 	}
 	s.wg.Wait()
 	s.gw.Close()
-	return err
+	if cut {
+		err := fmt.Errorf("shutdown_timeout (%s) passed with %d requests still in flight: they were cut off", timeout, requests)
+		s.log.Warn("keycap: shutdown cut requests short", "timeout", timeout, "requests", requests)
+		return err
+	}
+	s.log.Info("keycap: stopped")
+	return nil
 }
 
 func (s *Server) closeListeners() {

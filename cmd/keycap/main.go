@@ -6,13 +6,16 @@
 //	keycap check -config keycap.yaml   validate the file and exit
 //	keycap demo [-listen addr]         run the demo upstream alone
 //	keycap try [-url url]              a greedy client and two polite ones, against a gateway
+//	keycap help                        list the commands
 //
 // docs/gateway.md is the configuration reference.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -21,11 +24,28 @@ import (
 	"github.com/keycap/keycap/gateway"
 )
 
+const usage = `keycap: a gateway that caps requests in flight per key and WebSockets per user.
+
+Usage:
+  keycap [serve] -config FILE   serve the gateway (SIGHUP reloads FILE, SIGTERM drains and stops)
+  keycap check -config FILE     validate FILE, listing every problem with its line, and exit
+  keycap demo [-listen ADDR]    run the demo upstream alone (default 127.0.0.1:8081)
+  keycap try [-url URL]         send a greedy client and two polite ones to a gateway
+  keycap help                   this list
+
+Try it:  keycap -config examples/gateway.yaml, then keycap try in another terminal.
+The configuration reference is docs/gateway.md.
+`
+
 func main() {
 	args := os.Args[1:]
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "help" || (cmd == "serve" && len(args) > 0 && isHelp(args[0])) {
+		fmt.Print(usage)
+		return
 	}
 	var err error
 	switch cmd {
@@ -38,7 +58,11 @@ func main() {
 	case "try":
 		err = try(args)
 	default:
-		err = fmt.Errorf("unknown command %q: serve, check, demo or try", cmd)
+		fmt.Fprintf(os.Stderr, "keycap: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "keycap:", err)
@@ -46,11 +70,19 @@ func main() {
 	}
 }
 
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
 func configFlag(name string, args []string) (string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	file := fs.String("config", "keycap.yaml", "configuration file")
-	if err := fs.Parse(args); err != nil {
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
+	file := flags.String("config", "keycap.yaml", "configuration file")
+	if err := flags.Parse(args); err != nil {
 		return "", err
+	}
+	if flags.NArg() > 0 {
+		return "", fmt.Errorf("%s: unexpected argument %q (keycap help lists the commands)", name, flags.Arg(0))
+	}
+	if _, err := os.Stat(*file); errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no configuration file %s: give one with -config FILE (examples/gateway.yaml to try it; docs/gateway.md describes them; keycap help lists the commands)", *file)
 	}
 	return *file, nil
 }

@@ -56,10 +56,13 @@ func identify(r *http.Request) (httplimit.Identity, bool) {
 }
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address (with -selftest, default a free port)")
 	redisAddr := flag.String("redis", "", "Redis address; empty: the in-process store")
 	selftest := flag.Bool("selftest", false, "make a few requests against the server, print them, and exit")
 	flag.Parse()
+	if *selftest && !flagSet("addr") {
+		*addr = "127.0.0.1:0" // a self-test must not need port 8080 free
+	}
 
 	store := keycap.Store(memstore.New())
 	if *redisAddr != "" {
@@ -116,6 +119,12 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func export(w http.ResponseWriter, r *http.Request) {

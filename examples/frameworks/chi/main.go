@@ -2,10 +2,11 @@
 // middleware is a func(http.Handler) http.Handler, which chi takes as is.
 //
 //	cd examples/frameworks && go run ./chi
-//	curl -H 'X-User: alice' localhost:8081/reports/42
+//	curl -H 'X-User: alice' localhost:8081/reports/42   (-addr to listen elsewhere)
 package main
 
 import (
+	"flag"
 	"fmt"
 	"log"
 	"net/http"
@@ -57,6 +58,8 @@ func newLimits() *httplimit.Limiters {
 }
 
 func main() {
-	log.Println("listening on http://127.0.0.1:8081")
-	log.Fatal(http.ListenAndServe("127.0.0.1:8081", newRouter(newLimits())))
+	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
+	flag.Parse()
+	log.Printf("listening on http://%s", *addr)
+	log.Fatal(http.ListenAndServe(*addr, newRouter(newLimits())))
 }

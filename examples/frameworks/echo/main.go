@@ -2,10 +2,11 @@
 // echo's standard wrapper for net/http middleware, echo.WrapMiddleware.
 //
 //	cd examples/frameworks && go run ./echo
-//	curl -H 'X-User: alice' localhost:8083/reports/42
+//	curl -H 'X-User: alice' localhost:8083/reports/42   (-addr to listen elsewhere)
 package main
 
 import (
+	"flag"
 	"log"
 	"net/http"
 	"time"
@@ -47,5 +48,7 @@ func newLimits() *httplimit.Limiters {
 }
 
 func main() {
-	log.Fatal(newServer(newLimits()).Start("127.0.0.1:8083"))
+	addr := flag.String("addr", "127.0.0.1:8083", "listen address")
+	flag.Parse()
+	log.Fatal(newServer(newLimits()).Start(*addr))
 }

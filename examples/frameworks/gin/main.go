@@ -4,10 +4,11 @@
 // handler, so the slot is held until every later handler has returned.
 //
 //	cd examples/frameworks && go run ./gin
-//	curl -H 'X-User: alice' localhost:8082/reports/42
+//	curl -H 'X-User: alice' localhost:8082/reports/42   (-addr to listen elsewhere)
 package main
 
 import (
+	"flag"
 	"log"
 	"net/http"
 	"time"
@@ -66,6 +67,8 @@ func newLimits() *httplimit.Limiters {
 }
 
 func main() {
-	log.Println("listening on http://127.0.0.1:8082")
-	log.Fatal(newEngine(newLimits()).Run("127.0.0.1:8082"))
+	addr := flag.String("addr", "127.0.0.1:8082", "listen address")
+	flag.Parse()
+	log.Printf("listening on http://%s", *addr)
+	log.Fatal(newEngine(newLimits()).Run(*addr))
 }

@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/keycap/keycap/httplimit"
+)
+
+// Why the gateway cut a request to the upstream short.
+var (
+	errResponseHeaderTimeout = errors.New("the upstream sent no response headers in time (timeouts.response_header)")
+	errTotalTimeout          = errors.New("the upstream did not finish in time (timeouts.total)")
+	errHoldExpired           = errors.New("the client left and the upstream did not finish within max_hold")
+)
+
+// upstreamSettings are a route's bounds on its requests to the upstream,
+// carried to the transport in the request's context.
+type upstreamSettings struct {
+	dial, responseHeader, total time.Duration
+}
+
+type settingsKey struct{}
+
+func settingsOf(ctx context.Context) upstreamSettings {
+	s, _ := ctx.Value(settingsKey{}).(upstreamSettings)
+	return s
+}
+
+// newTransport returns the transport to every upstream: its dial timeout
+// and response-header timeout are those of the request's route.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: settingsOf(ctx).dial, KeepAlive: 30 * time.Second}
+			if d.Timeout == 0 {
+				d.Timeout = 5 * time.Second
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// headerTimeout bounds the wait for a response's headers: the part of a
+// request where an upstream that accepted and never answers holds a client
+// and its slot.
+type headerTimeout struct{ next http.RoundTripper }
+
+func (t headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	d := settingsOf(req.Context()).responseHeader
+	if d <= 0 {
+		return t.next.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(d, func() { cancel(errResponseHeaderTimeout) })
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if !timer.Stop() {
+		// The timer fired: the response, if any, came too late to trust
+		// its body (its context is cancelled).
+		if resp != nil {
+			resp.Body.Close()
+		}
+		cancel(nil)
+		return nil, errResponseHeaderTimeout
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases a response's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// Write passes writes through for upgraded (101) connections, whose body
+// is the connection.
+func (b *cancelOnClose) Write(p []byte) (int, error) {
+	if w, ok := b.ReadCloser.(io.Writer); ok {
+		return w.Write(p)
+	}
+	return 0, errors.New("gateway: response body is not writable")
+}
+
+// routeProxy forwards a route's requests to its upstream, within the
+// route's timeouts, and decides when the request is done — which is when its
+// slots are released.
+type routeProxy struct {
+	g        *Gateway
+	route    string
+	settings upstreamSettings
+	release  string // ReleaseAuto, ReleaseOnUpstreamDone, ReleaseOnClientDone
+	maxHold  time.Duration
+	rp       *httputil.ReverseProxy
+}
+
+// newRouteProxy returns the proxy of a route to target. Requests reach the
+// upstream with the client's Host, X-Forwarded-For by the trusted-proxy rule
+// (the client, the trusted hops, this gateway's peer), X-Forwarded-Host and
+// X-Forwarded-Proto.
+func (g *Gateway) newRouteProxy(route, target string, s upstreamSettings, release string, maxHold time.Duration, cip httplimit.ClientIP) (*routeProxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	p := &routeProxy{g: g, route: route, settings: s, release: release, maxHold: maxHold}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			if xff := cip.ForwardedFor(pr.In); xff != "" {
+				pr.Out.Header.Set("X-Forwarded-For", xff)
+			}
+		},
+		Transport:      headerTimeout{g.transport},
+		FlushInterval:  -1,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.fail,
+		ErrorLog:       log.New(&slogLogWriter{g.log}, "", 0),
+	}
+	return p, nil
+}
+
+func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	in := r.Context()
+	ctx := context.WithValue(in, settingsKey{}, p.settings)
+	if p.release != ReleaseOnClientDone {
+		// The upstream's work does not stop when the client goes: keep the
+		// request (and its slots) until the upstream is done, or max_hold
+		// after the client left.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+		defer cancel(nil)
+		var mu sync.Mutex
+		var hold *time.Timer
+		stop := context.AfterFunc(in, func() {
+			mu.Lock()
+			hold = time.AfterFunc(p.maxHold, func() { cancel(errHoldExpired) })
+			mu.Unlock()
+		})
+		defer func() {
+			stop()
+			mu.Lock()
+			if hold != nil {
+				hold.Stop()
+			}
+			mu.Unlock()
+		}()
+	}
+	if p.settings.total > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.settings.total, errTotalTimeout)
+		defer cancel()
+	}
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// modifyResponse makes a held request drain the upstream's response when
+// the client goes away mid-body, so that the slot stays taken until the
+// upstream has finished. Streams are the exception in auto mode: an event
+// stream or an upgraded connection never finishes on its own, so it ends
+// when the client leaves.
+func (p *routeProxy) modifyResponse(resp *http.Response) error {
+	if p.release == ReleaseOnClientDone || resp.StatusCode == http.StatusSwitchingProtocols {
+		return nil
+	}
+	if p.release == ReleaseAuto && isStream(resp) {
+		return nil
+	}
+	resp.Body = &drainOnClose{ReadCloser: resp.Body}
+	return nil
+}
+
+// isStream reports whether a response is a stream that lasts as long as its
+// client: server-sent events.
+func isStream(resp *http.Response) bool {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// drainOnClose reads what is left of a body before closing it: the
+// upstream's response is received in full (and discarded) even when nobody
+// is left to send it to. The read ends with the request's context (max_hold,
+// timeouts.total).
+type drainOnClose struct {
+	io.ReadCloser
+	once sync.Once
+}
+
+func (b *drainOnClose) Close() error {
+	b.once.Do(func() { _, _ = io.Copy(io.Discard, b.ReadCloser) })
+	return b.ReadCloser.Close()
+}
+
+// fail answers a request the upstream could not serve: 504 when it timed
+// out, 502 when it failed otherwise, nothing when the client is gone.
+func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	cause := context.Cause(r.Context())
+	switch {
+	case errors.Is(cause, errHoldExpired) || (p.release == ReleaseOnClientDone && r.Context().Err() != nil && cause == context.Canceled):
+		return // the client left: nobody to answer
+	case errors.Is(cause, errTotalTimeout) || errors.Is(err, errResponseHeaderTimeout) || isTimeout(err):
+		if cause != nil && errors.Is(cause, errTotalTimeout) {
+			err = cause
+		}
+		p.g.log.Warn("keycap: upstream timed out", "route", p.route, "request_id", r.Header.Get("X-Request-Id"),
+			"method", r.Method, "path", r.URL.Path, "error", err.Error())
+		httplimit.WriteError(w, r, http.StatusGatewayTimeout, "Gateway Timeout")
+	case isBodyTooLarge(err):
+		httplimit.WriteError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
+	case errors.Is(err, errBodyTimeout):
+		w.Header().Set("Connection", "close")
+		httplimit.WriteError(w, r, http.StatusRequestTimeout, "Request Timeout")
+	default:
+		p.g.log.Warn("keycap: upstream failed", "route", p.route, "request_id", r.Header.Get("X-Request-Id"),
+			"method", r.Method, "path", r.URL.Path, "error", err.Error())
+		httplimit.WriteError(w, r, http.StatusBadGateway, "Bad Gateway")
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isBodyTooLarge(err error) bool {
+	var mb *http.MaxBytesError
+	return errors.As(err, &mb)
+}
+
+// slogLogWriter sends the ReverseProxy's own messages to the gateway's log
+// at Debug.
+type slogLogWriter struct{ log *slog.Logger }
+
+func (w *slogLogWriter) Write(p []byte) (int, error) {
+	w.log.Debug("keycap: proxy: " + string(p))
+	return len(p), nil
+}
