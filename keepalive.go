@@ -125,6 +125,48 @@ func (k *keeper) close() {
 		close(k.stop)
 		<-k.done
 	}
+	k.expireHeld()
+}
+
+// expireHeld makes the leases still held after Close report themselves lost
+// when their slots expire in the store: nothing renews them any more.
+func (k *keeper) expireHeld() {
+	now := k.l.now()
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		for ls := sh.head; ls != nil; ls = ls.next {
+			ls.mu.Lock()
+			deadline := time.Duration(math.MaxInt64)
+			for j := range ls.slots {
+				if s := &ls.slots[j]; s.held && !s.lost {
+					deadline = min(deadline, s.deadline)
+				}
+			}
+			ls.mu.Unlock()
+			if deadline == math.MaxInt64 {
+				continue
+			}
+			time.AfterFunc(max(deadline-now, 0), func() {
+				ls.mu.Lock()
+				var ch chan struct{}
+				if !ls.released {
+					for j := range ls.slots {
+						if s := &ls.slots[j]; s.held && !s.lost && s.deadline == deadline {
+							if c := ls.markLost(s); c != nil {
+								ch = c
+							}
+						}
+					}
+				}
+				ls.mu.Unlock()
+				if ch != nil {
+					close(ch)
+				}
+			})
+		}
+		sh.mu.Unlock()
+	}
 }
 
 func (k *keeper) run() {
@@ -187,6 +229,22 @@ func (k *keeper) collect(now time.Duration) time.Duration {
 	return next
 }
 
+// answeredIn adds pool to the pools whose partitions answered a renewal,
+// while an outage is under way (otherwise there is nothing to end), one pool
+// per partition.
+func (l *Limiter) answeredIn(pools []PoolID, pool PoolID) []PoolID {
+	if !l.outages.any() {
+		return pools
+	}
+	part := l.partition(pool)
+	for _, p := range pools {
+		if l.partition(p) == part {
+			return pools
+		}
+	}
+	return append(pools, pool)
+}
+
 // renew renews the slots in k.work in one batch and records the outcome.
 func (k *keeper) renew() {
 	l := k.l
@@ -196,11 +254,17 @@ func (k *keeper) renew() {
 		k.batch = append(k.batch, Renewal{Pool: s.limit.pool, Owner: w.ls.owner, TTL: s.limit.ttl})
 	}
 	before := l.now()
-	err := l.store.Renew(context.Background(), k.batch)
+	ctx, cancel := l.bound(context.Background(), max(l.budget, time.Second))
+	err := l.store.Renew(ctx, k.batch)
+	cancel()
 	after := l.now()
 
-	var failure error
-	var failed Limit
+	type failure struct {
+		lim Limit
+		err error
+	}
+	var failures []failure // one per partition
+	var answered []PoolID  // a pool per partition that answered, to end its outage
 	var lost []Event
 	var wake []chan struct{}
 	for i, w := range k.work {
@@ -213,8 +277,12 @@ func (k *keeper) renew() {
 		switch {
 		case ls.released:
 		case rerr != nil:
-			if failure == nil {
-				failure, failed = rerr, s.limit
+			part, known := l.partition(s.limit.pool), false
+			for _, f := range failures {
+				known = known || l.partition(f.lim.pool) == part
+			}
+			if !known {
+				failures = append(failures, failure{s.limit, rerr})
 			}
 			if after >= s.deadline {
 				// Not renewed in time: the store has let it go by now.
@@ -230,16 +298,19 @@ func (k *keeper) renew() {
 				wake = append(wake, ch)
 			}
 			lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
+			answered = l.answeredIn(answered, s.limit.pool)
 		default:
 			s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
+			answered = l.answeredIn(answered, s.limit.pool)
 		}
 		ls.mu.Unlock()
 	}
 	// Observers are called with no lock held.
-	if failure == nil {
-		l.storeAnswered()
-	} else {
-		l.storeFailed(failed, failure)
+	for _, f := range failures {
+		l.storeFailed(f.lim, f.err)
+	}
+	for _, p := range answered {
+		l.storeAnswered(p)
 	}
 	for _, e := range lost {
 		l.emit(e)

@@ -11,6 +11,11 @@ const DefaultTTL = 30 * time.Second
 // MinTTL is the shortest TTL a Limit accepts.
 const MinTTL = time.Millisecond
 
+// DefaultBudget is the decision budget of a Limiter built without
+// WithDecisionBudget: how long a store call may take before the store counts
+// as failed for it and the limit's fail mode applies.
+const DefaultBudget = 250 * time.Millisecond
+
 // FailMode says what Acquire does when the store cannot answer for a limit.
 type FailMode uint8
 
@@ -43,13 +48,14 @@ func (m FailMode) String() string {
 // A Limit is an immutable value built by NewLimit, which checks every field.
 // The zero Limit is invalid, and Acquire refuses it.
 type Limit struct {
-	name string
-	key  string
-	max  int
-	ttl  time.Duration
-	wait time.Duration
-	fail FailMode
-	pool PoolID
+	name   string
+	key    string
+	max    int
+	ttl    time.Duration
+	wait   time.Duration
+	budget time.Duration // 0: the Limiter's
+	fail   FailMode
+	pool   PoolID
 }
 
 // A LimitOption sets an optional field of a Limit. (It is a value, not a
@@ -66,6 +72,7 @@ const (
 	fieldTTL limitField = iota + 1
 	fieldWait
 	fieldFail
+	fieldBudget
 )
 
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
@@ -77,6 +84,11 @@ func WithTTL(ttl time.Duration) LimitOption { return LimitOption{field: fieldTTL
 // refuses. A waiter holds no slot and reserves nothing. Default 0: refuse at
 // once. Not negative.
 func WithWait(d time.Duration) LimitOption { return LimitOption{field: fieldWait, d: d} }
+
+// WithBudget sets this limit's decision budget: how long each store call for
+// it may take before the store counts as failed and the fail mode applies at
+// once. Default: the Limiter's (WithDecisionBudget). Positive.
+func WithBudget(d time.Duration) LimitOption { return LimitOption{field: fieldBudget, d: d} }
 
 // WithFailMode sets what happens when the store cannot answer for this limit.
 // Default FailDefault, which defers to the Limiter.
@@ -96,6 +108,11 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 			l.wait = o.d
 		case fieldFail:
 			l.fail = o.m
+		case fieldBudget:
+			l.budget = o.d
+			if o.d <= 0 {
+				return Limit{}, &InvalidLimitError{Field: "budget", Value: o.d.String(), Reason: "must be positive"}
+			}
 		}
 	}
 	if err := l.validate(); err != nil {
@@ -148,6 +165,9 @@ func (l Limit) TTL() time.Duration { return l.ttl }
 
 // Wait returns how long Acquire may wait for a slot of this limit.
 func (l Limit) Wait() time.Duration { return l.wait }
+
+// Budget returns the limit's own decision budget, 0 when it has none.
+func (l Limit) Budget() time.Duration { return l.budget }
 
 // FailMode returns the limit's own fail mode, FailDefault when it has none.
 func (l Limit) FailMode() FailMode { return l.fail }

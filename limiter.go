@@ -9,6 +9,22 @@ import (
 	"time"
 )
 
+// BudgetError is a store call that did not answer within its decision
+// budget. The Limiter counts it as a store failure: it is reported as one,
+// the limit's fail mode applies, and a fail-closed limit's *StoreError wraps
+// it.
+type BudgetError struct {
+	Budget time.Duration
+	Err    error // what the store returned when its deadline passed
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("keycap: the store did not answer within the decision budget of %s: %v", e.Budget, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *BudgetError) Unwrap() error { return e.Err }
+
 // Limiter hands out leases on the pools of one Store. It is safe for
 // concurrent use; make one per process and share it.
 //
@@ -18,10 +34,13 @@ type Limiter struct {
 	store    Store
 	observer Observer
 	failMode FailMode
-	base     time.Time            // origin of the monotonic clock (now)
-	poll     func() time.Duration // interval between a waiter's polls
+	budget   time.Duration
+	blocks   bool        // the store's calls may wait: they get the budget as a deadline
+	parts    Partitioner // nil: the store is one partition
+	base     time.Time   // origin of the monotonic clock (now)
+	poll     func() time.Duration
 
-	outage  atomic.Bool
+	outages outages
 	closed  atomic.Bool
 	keeper  keeper
 	waiters waiters
@@ -39,12 +58,28 @@ func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o 
 // store outage should not take the service down with it.
 func WithDefaultFailMode(m FailMode) Option { return func(l *Limiter) { l.failMode = m } }
 
+// WithDecisionBudget sets how long any store call may take before the store
+// counts as failed for it (default DefaultBudget): a store that is slow, hung
+// or failing over costs a caller at most this, then the limit's fail mode
+// applies, and the outage is reported. A limit may set its own (WithBudget).
+// Stores that never block (memstore) are not bounded: they need no deadline.
+//
+// The budget works through the context given to the store: redisstore needs
+// a client with ContextTimeoutEnabled (it checks), pgstore always honours it.
+func WithDecisionBudget(d time.Duration) Option { return func(l *Limiter) { l.budget = d } }
+
+// WithRecoverAfter sets how long a partition of the store must answer
+// without a failure before its outage is reported over (default
+// DefaultRecoverAfter). At least 1 ms.
+func WithRecoverAfter(d time.Duration) Option { return func(l *Limiter) { l.outages.quiet = d } }
+
 // NewLimiter returns a Limiter over store. A nil store is an error.
 func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("keycap: NewLimiter: store is nil")
 	}
-	l := &Limiter{store: store, failMode: FailOpen, base: time.Now(), poll: pollInterval}
+	l := &Limiter{store: store, failMode: FailOpen, budget: DefaultBudget, base: time.Now(), poll: pollInterval}
+	l.outages.quiet = DefaultRecoverAfter
 	for _, o := range opts {
 		o(l)
 	}
@@ -53,6 +88,15 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	default:
 		return nil, &InvalidLimitError{Field: "default fail mode", Value: l.failMode.String(), Reason: "must be FailOpen or FailClosed"}
 	}
+	if l.budget <= 0 {
+		return nil, &InvalidLimitError{Field: "decision budget", Value: l.budget.String(), Reason: "must be positive"}
+	}
+	if l.outages.quiet < time.Millisecond {
+		return nil, &InvalidLimitError{Field: "recover after", Value: l.outages.quiet.String(), Reason: "must be at least 1ms"}
+	}
+	_, nonBlocking := store.(NonBlocking)
+	l.blocks = !nonBlocking
+	l.parts, _ = store.(Partitioner)
 	l.keeper.init(l)
 	l.waiters.init()
 	return l, nil
@@ -62,8 +106,9 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 func (l *Limiter) Store() Store { return l.store }
 
 // Close stops the renewal loop. Leases still held stay valid until their TTL
-// runs out and can still be released; Acquire returns ErrClosed. Close is
-// idempotent.
+// runs out and can still be released; each one's Lost channel is closed when
+// its TTL runs out, since nothing renews it any more. Acquire returns
+// ErrClosed. Close is idempotent.
 func (l *Limiter) Close() error {
 	if l.closed.CompareAndSwap(false, true) {
 		l.keeper.close()
@@ -189,7 +234,9 @@ func check(limits []Limit) (time.Duration, error) {
 func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit, error) {
 	for i := range ls.slots {
 		s := &ls.slots[i]
-		ok, err := l.store.Acquire(ctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
+		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
+		ok, err := l.store.Acquire(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
+		cancel()
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				// The store may have granted the slot before the context
@@ -197,6 +244,12 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 				s.held = true
 				l.undo(ls)
 				return nil, ctxErr
+			}
+			if bctx.Err() != nil {
+				// Out of budget: the store may still grant the slot; free it
+				// in the background rather than leave it for its TTL.
+				err = &BudgetError{Budget: l.budgetOf(s.limit), Err: err}
+				l.releaseLater(s.limit, ls.owner)
 			}
 			l.storeFailed(s.limit, err)
 			if l.failModeOf(s.limit) == FailClosed {
@@ -206,7 +259,7 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 			s.held = false // runs unguarded for this limit
 			continue
 		}
-		l.storeAnswered()
+		l.storeAnswered(s.limit.pool)
 		if !ok {
 			l.undo(ls)
 			return &s.limit, nil
@@ -232,13 +285,49 @@ func (l *Limiter) undo(ls *Lease) {
 
 // releaseSlot frees one slot in the store and wakes a local waiter.
 func (l *Limiter) releaseSlot(owner Owner, s *slot) {
-	if err := l.store.Release(context.Background(), s.limit.pool, owner); err != nil {
+	ctx, cancel := l.bound(context.Background(), l.budgetOf(s.limit))
+	err := l.store.Release(ctx, s.limit.pool, owner)
+	cancel()
+	if err != nil {
 		// The slot frees itself when its TTL runs out.
 		l.storeFailed(s.limit, err)
 	} else {
-		l.storeAnswered()
+		l.storeAnswered(s.limit.pool)
 	}
 	l.waiters.wake(s.limit.pool)
+}
+
+// releaseLater frees, in the background and within the budget, a slot that
+// the store may have granted after its caller stopped waiting. It reports
+// nothing: the call that timed out reported the outage.
+func (l *Limiter) releaseLater(lim Limit, owner Owner) {
+	go func() {
+		ctx, cancel := l.bound(context.Background(), l.budgetOf(lim))
+		defer cancel()
+		_ = l.store.Release(ctx, lim.pool, owner)
+	}()
+}
+
+// budgetOf returns lim's decision budget.
+func (l *Limiter) budgetOf(lim Limit) time.Duration {
+	if lim.budget > 0 {
+		return lim.budget
+	}
+	return l.budget
+}
+
+func noop() {}
+
+// bound gives a store call the budget d as a deadline, unless the store
+// never blocks or ctx ends sooner anyway.
+func (l *Limiter) bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if !l.blocks {
+		return ctx, noop
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, noop
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 func (l *Limiter) failModeOf(lim Limit) FailMode {
@@ -278,17 +367,32 @@ func (l *Limiter) emit(e Event) {
 	}
 }
 
-// storeFailed reports the first failure of an outage.
+// partition returns the part of the store that holds pool.
+func (l *Limiter) partition(pool PoolID) string {
+	if l.parts == nil {
+		return ""
+	}
+	return l.parts.Partition(pool)
+}
+
+// storeFailed reports the first failure of an outage of the store's
+// partition that holds lim's pool.
 func (l *Limiter) storeFailed(lim Limit, err error) {
-	if l.outage.CompareAndSwap(false, true) {
-		l.emit(Event{Kind: StoreFailed, Limit: lim, Err: err})
+	part := l.partition(lim.pool)
+	if l.outages.failed(part, l.now()) {
+		l.emit(Event{Kind: StoreFailed, Limit: lim, Node: part, Err: err})
 	}
 }
 
-// storeAnswered ends an outage, if one is under way.
-func (l *Limiter) storeAnswered() {
-	if l.outage.Load() && l.outage.CompareAndSwap(true, false) {
-		l.emit(Event{Kind: StoreRecovered})
+// storeAnswered ends the outage of pool's partition, if it has one and has
+// answered without failing for RecoverAfter.
+func (l *Limiter) storeAnswered(pool PoolID) {
+	if !l.outages.any() {
+		return
+	}
+	part := l.partition(pool)
+	if o, ok := l.outages.answered(part, l.now()); ok {
+		l.emit(Event{Kind: StoreRecovered, Node: part, Held: l.now() - o.since, Failures: o.failures})
 	}
 }
 

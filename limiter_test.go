@@ -247,7 +247,7 @@ func TestCancelDuringStoreCall(t *testing.T) {
 func TestFailModes(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
-	l, rec := newLimiter(t, fs) // default: fail open
+	l, rec := newLimiter(t, fs, keycap.WithRecoverAfter(time.Millisecond)) // default: fail open
 	open := limit(t, "open", "k", 1)
 	closed := limit(t, "closed", "k", 1, keycap.WithFailMode(keycap.FailClosed))
 	fs.fail.Store(true)
@@ -275,7 +275,12 @@ func TestFailModes(t *testing.T) {
 	}
 
 	fs.fail.Store(false)
-	acquire(t, l, closed).Release()
+	// The outage ends once the store has answered without failing for the
+	// recover-after time (1 ms here).
+	deadline := time.Now().Add(5 * time.Second)
+	for rec.Count(keycap.StoreRecovered, "") == 0 && time.Now().Before(deadline) {
+		acquire(t, l, closed).Release()
+	}
 	if n := rec.Count(keycap.StoreRecovered, ""); n != 1 {
 		t.Fatalf("StoreRecovered reported %d times, want 1", n)
 	}

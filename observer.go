@@ -21,10 +21,15 @@ const (
 	// typically because the process could not renew it in time), after being
 	// held for Held. SlotReleased still follows when the lease is released.
 	LeaseLost
-	// StoreFailed: the store failed (Err) during an operation for Limit. It
-	// is reported once per outage, at its first failure.
+	// StoreFailed: the store failed (Err) during an operation for Limit, in
+	// its partition Node ("" for a store of one node). It is reported once
+	// per outage, at its first failure: a node that fails on and off is one
+	// outage.
 	StoreFailed
-	// StoreRecovered: the store answered again after a StoreFailed.
+	// StoreRecovered: the store's partition Node answered again, and has not
+	// failed for the Limiter's recover-after time (WithRecoverAfter), after a
+	// StoreFailed: the outage lasted Held and
+	// saw Failures failed calls.
 	StoreRecovered
 )
 
@@ -48,11 +53,13 @@ func (k EventKind) String() string {
 // Event is what an Observer receives. Fields that do not apply to a kind are
 // zero.
 type Event struct {
-	Kind   EventKind
-	Limit  Limit         // the limit concerned; its Key is the key as given
-	Waited time.Duration // SlotAcquired, LimitExceeded
-	Held   time.Duration // SlotReleased, LeaseLost
-	Err    error         // StoreFailed
+	Kind     EventKind
+	Limit    Limit         // the limit concerned; its Key is the key as given
+	Waited   time.Duration // SlotAcquired, LimitExceeded
+	Held     time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
+	Node     string        // StoreFailed, StoreRecovered: the store's partition
+	Failures int64         // StoreRecovered: failed calls during the outage
+	Err      error         // StoreFailed
 }
 
 // Observer receives the events of a Limiter. Observe is called synchronously
@@ -119,11 +126,18 @@ func (s slogObserver) Observe(e Event) {
 	case StoreFailed:
 		level = slog.LevelError
 		attrs = append(attrs, slog.Any("error", e.Err))
+		if e.Node != "" {
+			attrs = append(attrs, slog.String("node", e.Node))
+		}
 	case LeaseLost:
 		level = slog.LevelWarn
 		attrs = append(attrs, slog.Duration("held", e.Held))
 	case StoreRecovered:
 		level = slog.LevelInfo
+		attrs = append(attrs, slog.Duration("down", e.Held), slog.Int64("failures", e.Failures))
+		if e.Node != "" {
+			attrs = append(attrs, slog.String("node", e.Node))
+		}
 	case LimitExceeded:
 		attrs = append(attrs, slog.Duration("waited", e.Waited))
 	case SlotAcquired:

@@ -36,6 +36,13 @@ type Store interface {
 	Renew(ctx context.Context, batch []Renewal) error
 }
 
+// NonBlocking is a Store whose calls never wait on anything outside the
+// process (memstore). The decision budget does not apply to it: the Limiter
+// gives its calls no deadline, and saves the cost of one.
+type NonBlocking interface {
+	NonBlocking()
+}
+
 // Renewal is one lease to renew in a Store.Renew batch.
 type Renewal struct {
 	Pool  PoolID

@@ -52,6 +52,7 @@ type ServerConfig struct {
 	ReadHeaderTimeout   Duration `yaml:"read_header_timeout"`    // default 5s
 	IdleTimeout         Duration `yaml:"idle_timeout"`           // keep-alive connections, default 30s
 	BodyReadTimeout     Duration `yaml:"body_read_timeout"`      // longest wait for more of a request body, default 15s
+	MinBodyRate         *Bytes   `yaml:"min_body_rate"`          // bytes a second a body must average after body_read_timeout, default 1KiB; 0: none
 	MaxHeaderBytes      *Bytes   `yaml:"max_header_bytes"`       // default 64KiB
 	MaxBody             *Bytes   `yaml:"max_body"`               // default 10MiB; 0: no limit
 	MaxConnections      *int     `yaml:"max_connections"`        // default 10000; 0: no limit
@@ -272,6 +273,7 @@ func (c *Config) defaults(dir string) {
 	setDuration(&s.BodyReadTimeout, 15*time.Second)
 	setPtr(&s.MaxHeaderBytes, 64<<10)
 	setPtr(&s.MaxBody, 10<<20)
+	setPtr(&s.MinBodyRate, 1<<10)
 	setPtr(&s.MaxConnections, 10000)
 	setPtr(&s.MaxConnectionsPerIP, 256)
 	setDuration(&c.Timeouts.Dial, 5*time.Second)

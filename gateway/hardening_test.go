@@ -529,7 +529,32 @@ server:
 		t.Fatalf("idle connection closed after %s", took)
 	}
 
-	// Trickle: a body that stops coming is cut off.
+	// Trickle: a body that stops coming is cut off, and so is one that
+	// comes a byte at a time, too slowly.
+	trickler, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trickler.Close()
+	_, _ = io.WriteString(trickler, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+	stopTrickle := make(chan struct{})
+	defer close(stopTrickle)
+	go func() {
+		for {
+			select {
+			case <-stopTrickle:
+				return
+			case <-time.After(100 * time.Millisecond): // faster than body_read_timeout, slower than min_body_rate
+				if _, err := trickler.Write([]byte("x")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	_ = trickler.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(trickler); isTimeoutErr(err) {
+		t.Fatal("a body trickled a byte every 100ms was never cut off")
+	}
 	conn2, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

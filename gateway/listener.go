@@ -122,39 +122,54 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-// bodyTimeout bounds how long the server waits for the next bytes of a
-// request body: a client that trickles its body (or stops sending it) is cut
-// off after d without a byte, as nginx's client_body_timeout does, and its
-// connection closed. The deadline is lifted once the body has been read, so
-// a long response is not affected.
-func bodyTimeout(d time.Duration, next http.Handler) http.Handler {
+// bodyTimeout bounds how a request body may arrive. No read waits more than
+// d for the next bytes (nginx's client_body_timeout), and, after a first d of
+// grace, the body must keep up an average of minRate bytes a second since it
+// started (as Kestrel's MinRequestBodyDataRate does): a client that trickles
+// a byte a second, which a between-reads timeout alone never cuts off, falls
+// behind and is answered 408, its connection closed. The deadline is lifted
+// once the body has been read, so a long response is not affected.
+func bodyTimeout(d time.Duration, minRate int64, next http.Handler) http.Handler {
 	if d <= 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: d}
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: d, rate: minRate, start: time.Now()}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// errBodyTimeout is a request body that stopped coming for body_read_timeout.
-var errBodyTimeout = errors.New("the client sent no more of its request body within body_read_timeout")
+// errBodyTimeout is a request body that stopped coming, or came too slowly.
+var errBodyTimeout = errors.New("the client sent its request body too slowly (body_read_timeout, min_body_rate)")
 
 type deadlineBody struct {
 	io.ReadCloser
-	rc   *http.ResponseController
-	d    time.Duration
-	done bool
+	rc    *http.ResponseController
+	d     time.Duration
+	rate  int64 // bytes a second; 0: no minimum
+	start time.Time
+	n     int64 // bytes read
+	done  bool
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	if b.done {
 		return b.ReadCloser.Read(p)
 	}
-	_ = b.rc.SetReadDeadline(time.Now().Add(b.d))
+	now := time.Now()
+	dl := now.Add(b.d)
+	if b.rate > 0 {
+		// When the next byte is due at the minimum rate, after the grace.
+		due := b.start.Add(b.d + time.Duration(float64(b.n+1)/float64(b.rate)*float64(time.Second)))
+		if due.Before(dl) {
+			dl = due
+		}
+	}
+	_ = b.rc.SetReadDeadline(dl)
 	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
 	if err != nil {
 		b.done = true
 		if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -110,7 +110,7 @@ func (s *Server) listen(kind, addr string, h http.Handler) error {
 		srv.ReadHeaderTimeout = time.Duration(sc.ReadHeaderTimeout)
 		srv.IdleTimeout = time.Duration(sc.IdleTimeout)
 		srv.MaxHeaderBytes = int(*sc.MaxHeaderBytes)
-		srv.Handler = bodyTimeout(time.Duration(sc.BodyReadTimeout), h)
+		srv.Handler = bodyTimeout(time.Duration(sc.BodyReadTimeout), int64(*sc.MinBodyRate), h)
 		if sc.H2C {
 			srv.Protocols = new(http.Protocols)
 			srv.Protocols.SetHTTP1(true)

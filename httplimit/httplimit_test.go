@@ -53,7 +53,7 @@ func newEnv(t *testing.T, store keycap.Store, opts ...httplimit.Option) *env {
 	t.Helper()
 	e := &env{rec: &keycaptest.Recorder{}, logs: &syncBuffer{}}
 	var err error
-	e.limiter, err = keycap.NewLimiter(store, keycap.WithObserver(e.rec))
+	e.limiter, err = keycap.NewLimiter(store, keycap.WithObserver(e.rec), keycap.WithRecoverAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,8 +452,13 @@ func TestStoreFailure(t *testing.T) {
 		t.Fatalf("outage reported %d times, want once", n)
 	}
 	store.down.Store(false)
-	if w := do(closed, req("192.0.2.1:1")); w.Code != http.StatusOK {
-		t.Fatalf("after recovery: %d", w.Code)
+	// Recovered once the store has answered without failing for a
+	// millisecond (WithRecoverAfter).
+	deadline := time.Now().Add(5 * time.Second)
+	for e.rec.Count(keycap.StoreRecovered, "") == 0 && time.Now().Before(deadline) {
+		if w := do(closed, req("192.0.2.1:1")); w.Code != http.StatusOK {
+			t.Fatalf("after recovery: %d", w.Code)
+		}
 	}
 	if n := e.rec.Count(keycap.StoreRecovered, ""); n != 1 {
 		t.Fatalf("recovery reported %d times", n)

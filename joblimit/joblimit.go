@@ -135,7 +135,7 @@ func (e *DeadlineError) Unwrap() error { return e.Err }
 func (jl *Limiter) Run(ctx context.Context, rule Rule, job Job, work func(context.Context) error) error {
 	pool, key := rule.Pool(job.Kind), rule.Key()
 	lim, err := keycap.NewLimit(pool, key, rule.limit,
-		keycap.WithTTL(rule.slotTTL(job.Timeout)), keycap.WithFailMode(rule.fail))
+		keycap.WithTTL(rule.slotTTL(job.Timeout)), keycap.WithFailMode(rule.fail), keycap.WithBudget(rule.budget))
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,12 @@ const (
 	DefaultReleaseAfter = 10 * time.Second // how long a job with no slot waits before its next try
 	DefaultTTL          = 70 * time.Second // slot TTL when the job's timeout is unknown
 	TTLMargin           = 10 * time.Second // added to a known job timeout to make the slot TTL
+
+	// DefaultBudget is a job's decision budget: how long the store may take
+	// to decide on its slot before the rule's fail mode applies. Longer than
+	// the Limiter's default for requests: a job that waits a second longer
+	// costs nobody, and a slow store should not run jobs uncapped.
+	DefaultBudget = 2 * time.Second
 )
 
 // Rule lets at most Limit jobs run at once per key. Build it with NewRule.
@@ -29,6 +35,7 @@ type Rule struct {
 	shared       bool
 	prefix       string
 	fail         keycap.FailMode
+	budget       time.Duration
 	deadline     time.Duration
 }
 
@@ -76,6 +83,11 @@ func WithPrefix(prefix string) Option { return func(r *Rule) { r.prefix = prefix
 // WithSkip) as when no slot is free. Default: the keycap Limiter's.
 func WithFailMode(m keycap.FailMode) Option { return func(r *Rule) { r.fail = m } }
 
+// WithBudget sets the rule's decision budget (default DefaultBudget): how
+// long the store may take to decide on a job's slot before it counts as
+// failed and the fail mode applies. Positive.
+func WithBudget(d time.Duration) Option { return func(r *Rule) { r.budget = d } }
+
 // WithDeadline bounds how long a job may keep waiting for a slot, counted
 // from the first time it found none. Past it, the job fails with an error
 // matching ErrDeadline, through the queue's normal failure path. The wait
@@ -88,7 +100,7 @@ func WithDeadline(d time.Duration) Option { return func(r *Rule) { r.deadline = 
 // may be any string, or a string-based enum type. An invalid setting returns
 // a *keycap.InvalidLimitError naming it.
 func NewRule[K ~string](key K, limit int, opts ...Option) (Rule, error) {
-	r := Rule{key: string(key), limit: limit, releaseAfter: DefaultReleaseAfter}
+	r := Rule{key: string(key), limit: limit, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
 	for _, o := range opts {
 		o(&r)
 	}
@@ -110,6 +122,8 @@ func NewRule[K ~string](key K, limit int, opts ...Option) (Rule, error) {
 		return Rule{}, invalid("fail mode", r.fail.String(), "must be FailDefault, FailOpen or FailClosed")
 	case r.deadline < 0:
 		return Rule{}, invalid("deadline", r.deadline.String(), "must be at least 0")
+	case r.budget <= 0:
+		return Rule{}, invalid("budget", r.budget.String(), "must be positive")
 	}
 	return r, nil
 }

@@ -84,7 +84,13 @@ var (
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
+
+	_ keycap.NonBlocking = (*Store)(nil)
 )
+
+// NonBlocking implements keycap.NonBlocking: no call waits on anything but
+// a shard's lock, so a Limiter gives them no deadline.
+func (s *Store) NonBlocking() {}
 
 func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[0]] }
 

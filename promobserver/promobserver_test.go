@@ -35,7 +35,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &flaky{Store: memstore.New()}
-	l, err := keycap.NewLimiter(store, keycap.WithObserver(obs))
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,10 @@ keycap_store_up 0
 		}
 	}
 	store.down = false
-	_, _ = l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1))
+	time.Sleep(2 * time.Millisecond) // past the recover-after time, so that the next answer ends the outage
+	if ls, err := l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1)); err == nil {
+		ls.Release()
+	}
 	if v := family(t, reg, "keycap_store_up").GetMetric()[0].GetGauge().GetValue(); v != 1 {
 		t.Fatalf("store_up = %v after recovery", v)
 	}

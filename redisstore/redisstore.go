@@ -19,9 +19,18 @@
 // them a Redis Cluster hash tag, so any key added later for the same pool
 // lands in the same slot.
 //
-// Calls are bounded by the client's own timeouts (ReadTimeout, WriteTimeout,
-// PoolTimeout). Set ContextTimeoutEnabled on the client so that the deadline
-// of a caller's context also bounds its call.
+// Every call is bounded by its context's deadline — the Limiter's decision
+// budget, when it is one — so the client must have ContextTimeoutEnabled: New
+// refuses a *redis.Client or *redis.ClusterClient without it, since go-redis
+// would otherwise wait its own read timeout, and retry it, past any budget.
+//
+// On Redis Cluster the store helps the client follow a failover: when a
+// node does not answer, it asks go-redis to reload the cluster's slots at
+// once (go-redis alone reloads them on MOVED replies, which a dead master
+// never sends, or after ClusterStateReloadInterval), so decisions resume as
+// soon as a replica has taken over. The store also reports which slot range
+// holds a pool (keycap.Partitioner), so that the Limiter counts an outage of
+// one master as one outage.
 package redisstore
 
 import (
@@ -62,9 +71,13 @@ var (
 
 // Store is a keycap.Store on Redis.
 type Store struct {
-	client redis.UniversalClient
-	prefix string
-	rates  *redis_rate.Limiter
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless client is one
+	prefix  string
+	rates   *redis_rate.Limiter
+	slots   slotRanges
+	acks    int           // WithReplicaAcks: replicas that must acknowledge a grant
+	ackWait time.Duration // ...within this
 }
 
 var (
@@ -73,6 +86,8 @@ var (
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
+
+	_ keycap.Partitioner = (*Store)(nil)
 )
 
 // An Option configures a Store.
@@ -91,21 +106,72 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
+// WithReplicaAcks makes every granted slot wait, in the same round trip, for
+// n replicas to acknowledge it (Redis's WAIT n, for at most timeout) before
+// the grant counts. Redis replicates asynchronously: a master that dies
+// right after a grant can lose it, and the replica that takes over may then
+// admit one more holder than the cap until the lost lease's holder renews
+// (docs/operations.md). With acknowledgements, a grant that fewer than n
+// replicas confirmed in time is undone and reported as a store failure, so
+// the limit's fail mode applies. It costs the replication latency on every
+// grant (BENCHMARKS.md has the figure). n at least 1; timeout positive.
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return func(s *Store) error {
+		if n < 1 || timeout <= 0 {
+			return fmt.Errorf("redisstore: invalid replica acks %d within %s: want at least 1 within a positive timeout", n, timeout)
+		}
+		s.acks, s.ackWait = n, timeout
+		return nil
+	}
+}
+
 // New returns a store that uses client, which may be a *redis.Client, a
-// failover client or a *redis.ClusterClient. It makes no call to Redis: a
-// Redis that is down at start-up is a store failure on first use, handled
-// by each limit's fail mode.
+// failover client or a *redis.ClusterClient, with ContextTimeoutEnabled. It
+// makes no call to Redis but, on a cluster, one CLUSTER SLOTS in the
+// background: a Redis that is down at start-up is a store failure on first
+// use, handled by each limit's fail mode.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: client is nil")
 	}
+	switch c := client.(type) {
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errContextTimeouts
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errContextTimeouts
+		}
+	}
 	s := &Store{client: client, rates: redis_rate.NewLimiter(client)}
+	s.cluster, _ = client.(*redis.ClusterClient)
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
 		}
 	}
+	if s.cluster != nil {
+		go s.slots.refresh(s.cluster)
+	}
 	return s, nil
+}
+
+var errContextTimeouts = errors.New("redisstore: the client's ContextTimeoutEnabled is false: set it, or a hung Redis makes every decision wait go-redis's read timeout, and its retries, past the Limiter's decision budget")
+
+// failed is called with every error of a call. On a cluster, an error that
+// is not Redis's own reply (a node that does not answer) makes go-redis
+// reload the slots at once, to find the master that replaced a dead one.
+func (s *Store) failed(err error) {
+	if s.cluster == nil || err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	var re redis.Error
+	if errors.As(err, &re) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") && !redis.HasErrorPrefix(err, "TRYAGAIN") {
+		return // Redis answered
+	}
+	s.cluster.ReloadState(context.Background()) // lazy: at most one reload at a time
+	go s.slots.refresh(s.cluster)
 }
 
 // Client returns the client the store uses.
@@ -122,21 +188,89 @@ func ms(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// Acquire implements keycap.Store: one EVALSHA.
+// Acquire implements keycap.Store: one EVALSHA (and, with WithReplicaAcks,
+// a WAIT in the same round trip).
 func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	if s.acks > 0 {
+		return s.acquireAcked(ctx, pool, owner, max, ttl)
+	}
 	n, err := acquireScript.Run(ctx, s.client, []string{s.Key(pool)}, owner[:], max, ms(ttl)).Int()
 	if err != nil {
+		s.failed(err)
 		return false, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	return n == 1, nil
 }
 
+// ErrNotReplicated is the error of a grant that fewer replicas acknowledged
+// than WithReplicaAcks asks: the grant was undone.
+var ErrNotReplicated = errors.New("redisstore: grant not acknowledged by enough replicas in time")
+
+// acquireAcked runs the acquire script and WAIT in one pipeline on the
+// master of the pool's key, so that the answer arrives once the grant is
+// on acks replicas.
+func (s *Store) acquireAcked(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	key := s.Key(pool)
+	var node redis.Cmdable = s.client
+	if s.cluster != nil {
+		m, err := s.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			s.failed(err)
+			return false, fmt.Errorf("redisstore: acquire: %w", err)
+		}
+		node = m
+	}
+	for attempt := 0; ; attempt++ {
+		var run *redis.Cmd
+		var wait *redis.Cmd
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			run = acquireScript.EvalSha(ctx, p, []string{key}, owner[:], max, ms(ttl))
+			wait = p.Do(ctx, "WAIT", s.acks, ms(s.ackWait))
+			return nil
+		})
+		n, err := run.Int()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := acquireScript.Load(ctx, node).Err(); err != nil {
+				s.failed(err)
+				return false, fmt.Errorf("redisstore: acquire: loading script: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			s.failed(err)
+			return false, fmt.Errorf("redisstore: acquire: %w", err)
+		}
+		if n != 1 {
+			return false, nil
+		}
+		if got, err := wait.Int64(); err != nil || got < int64(s.acks) {
+			_ = s.Release(context.WithoutCancel(ctx), pool, owner)
+			if err != nil {
+				return false, fmt.Errorf("redisstore: acquire: WAIT: %w", err)
+			}
+			return false, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
+		}
+		return true, nil
+	}
+}
+
 // Release implements keycap.Store: one ZREM.
 func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
 	if err := s.client.ZRem(ctx, s.Key(pool), owner[:]).Err(); err != nil {
+		s.failed(err)
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
 	return nil
+}
+
+// Partition implements keycap.Partitioner: on a cluster, the slot range
+// that holds pool ("slots 0-5460"), which stays the same when its master
+// fails over; "" for a single Redis, or while the ranges are not known yet.
+func (s *Store) Partition(pool keycap.PoolID) string {
+	if s.cluster == nil {
+		return ""
+	}
+	return s.slots.of(slotOf(pool))
 }
 
 // Renew implements keycap.Store: one pipeline of EVALSHA, which go-redis
@@ -150,6 +284,7 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 		func(i int, n int64, err error) {
 			batch[i].Lost, batch[i].Err = err == nil && n != 1, err
 			if err != nil {
+				s.failed(err)
 				batch[i].Err = fmt.Errorf("redisstore: renew: %w", err)
 			}
 		})
@@ -171,6 +306,7 @@ func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration,
 		func(i int, n int64, err error) {
 			batch[i].Removed, batch[i].Err = int(n), err
 			if err != nil {
+				s.failed(err)
 				batch[i].Err = fmt.Errorf("redisstore: sync: %w", err)
 			}
 		})
@@ -226,6 +362,7 @@ func (s *Store) MarkKey(id keycap.PoolID) string {
 func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
 	age, err := markScript.Run(ctx, s.client, []string{s.MarkKey(id)}, ms(ttl)).Int64()
 	if err != nil {
+		s.failed(err)
 		return 0, false, fmt.Errorf("redisstore: mark: %w", err)
 	}
 	if age < 0 { // this call started it
@@ -244,6 +381,7 @@ func (s *Store) PauseKey(id keycap.PoolID) string {
 func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
 	left, err := pauseScript.Run(ctx, s.client, []string{s.PauseKey(id)}, ms(d)).Int64()
 	if err != nil {
+		s.failed(err)
 		return 0, fmt.Errorf("redisstore: pause: %w", err)
 	}
 	return time.Duration(left) * time.Millisecond, nil
@@ -253,6 +391,7 @@ func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (t
 func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, error) {
 	left, err := s.client.PTTL(ctx, s.PauseKey(id)).Result()
 	if err != nil {
+		s.failed(err)
 		return 0, fmt.Errorf("redisstore: paused: %w", err)
 	}
 	return max(left, 0), nil // -2: no pause; -1 cannot happen (pauses always expire)
@@ -272,6 +411,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 	}
 	res, err := s.rates.Allow(ctx, s.RateKey(id), redis_rate.Limit{Rate: rate.Events, Period: rate.Period, Burst: rate.Burst})
 	if err != nil {
+		s.failed(err)
 		return 0, fmt.Errorf("redisstore: pace: %w", err)
 	}
 	if res.Allowed > 0 {

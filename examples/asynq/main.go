@@ -76,7 +76,7 @@ func run(addr string) error {
 	}
 	// Two servers, each with its own Redis client and Limiter: two machines.
 	for range 2 {
-		store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: addr}), redisstore.WithPrefix("example-asynq:"))
+		store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}), redisstore.WithPrefix("example-asynq:"))
 		if err != nil {
 			return err
 		}

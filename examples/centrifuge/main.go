@@ -40,7 +40,7 @@ func main() {
 func run(redisAddr string) error {
 	shared := keycap.Store(memstore.New())
 	if redisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		var err error
 		if shared, err = redisstore.New(rdb, redisstore.WithPrefix("example-centrifuge:")); err != nil {

@@ -110,7 +110,7 @@ func run(pgURL, redisAddr string) error {
 
 	store := keycap.Store(memstore.New())
 	if redisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		if store, err = redisstore.New(rdb, redisstore.WithPrefix("example-river:")); err != nil {
 			return err

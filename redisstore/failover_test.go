@@ -1,0 +1,172 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/keycaptest"
+	"github.com/keycap/keycap/redisstore"
+)
+
+// TestClusterFailover kills the master of a pool's slot in a cluster of the
+// test's own and measures how soon decisions on that pool succeed again
+// after the cluster itself is ok: within 2 s. Meanwhile every decision costs
+// at most its budget, and the outage is reported once.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartCluster(t)
+	client := c.Client(nil)
+	store, err := redisstore.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &keycaptest.Recorder{}
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(rec), keycap.WithDecisionBudget(200*time.Millisecond),
+		keycap.WithDefaultFailMode(keycap.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lim := keycap.MustLimit("failover", "k", 1000)
+	master, err := c.MasterOf(store.Key(lim.Pool()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pools on every master: the others keep answering while one fails.
+	var others []keycap.Limit
+	for i := range 30 {
+		others = append(others, keycap.MustLimit("failover", fmt.Sprint("other", i), 1000))
+	}
+	ctx := context.Background()
+	decide := func() (time.Duration, error) {
+		start := time.Now()
+		ls, err := l.Acquire(ctx, lim)
+		if err == nil {
+			ls.Release()
+		}
+		took := time.Since(start)
+		for _, o := range others {
+			if ls, err := l.Acquire(ctx, o); err == nil {
+				ls.Release()
+			}
+		}
+		return took, err
+	}
+	if _, err := decide(); err != nil {
+		t.Fatal(err)
+	}
+
+	c.Kill(master)
+	killed := time.Now()
+	var clusterOK atomic.Int64 // when the cluster was ok again, in ns since killed
+	go func() {
+		// Ok again: a replica has taken the slot over, and every live node
+		// says the cluster is ok.
+		for time.Since(killed) < 30*time.Second {
+			if m, err := c.MasterOf(store.Key(lim.Pool())); err == nil && m != master && c.WaitOK(0) == nil {
+				clusterOK.Store(int64(time.Since(killed)))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	var worst time.Duration
+	var resumed time.Duration
+	for time.Since(killed) < 40*time.Second {
+		took, err := decide()
+		worst = max(worst, took)
+		if err == nil && clusterOK.Load() > 0 {
+			resumed = time.Since(killed)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ok := time.Duration(clusterOK.Load())
+	t.Logf("cluster ok %s after the kill; decisions resumed %s after it; slowest decision %s", ok, resumed, worst)
+	switch {
+	case ok == 0:
+		t.Fatal("the cluster never recovered")
+	case resumed == 0:
+		t.Fatalf("decisions never resumed (cluster ok %s after the kill)", ok)
+	case resumed-ok > 2*time.Second:
+		t.Errorf("decisions resumed %s after the cluster was ok, want at most 2s", resumed-ok)
+	}
+	if worst > time.Second {
+		t.Errorf("a decision took %s during the failover, with a budget of 200ms", worst)
+	}
+	// The outage ends once the master's slots have answered for a second.
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.Count(keycap.StoreRecovered, "") == 0 && time.Now().Before(deadline) {
+		_, _ = decide()
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, e := range rec.Events() {
+		if e.Kind == keycap.StoreFailed || e.Kind == keycap.StoreRecovered {
+			t.Logf("%s node %q: %v", e.Kind, e.Node, e.Err)
+		}
+	}
+	if f, r := rec.Count(keycap.StoreFailed, ""), rec.Count(keycap.StoreRecovered, ""); f != 1 || r != 1 {
+		t.Errorf("one master's failover reported %d StoreFailed and %d StoreRecovered, want 1 and 1", f, r)
+	}
+}
+
+// TestReplicaAcks: with WithReplicaAcks a grant counts only once a replica
+// has it. A Redis without replicas cannot acknowledge: the grant is undone
+// and reported as a store failure; on the cluster, whose masters each have
+// a replica, grants succeed.
+func TestReplicaAcks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	single := testenv.Redis(t)
+	s, err := redisstore.New(single, redisstore.WithPrefix(testenv.Prefix(t, single)), redisstore.WithReplicaAcks(1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, owner := keycap.NewPoolID("acks", "k"), keycap.NewOwner()
+	if ok, err := s.Acquire(ctx, pool, owner, 1, time.Minute); ok || !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Acquire without replicas = %v, %v; want ErrNotReplicated", ok, err)
+	}
+	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
+		t.Fatalf("the unacknowledged grant was left in the pool (%d leases)", n)
+	}
+
+	cluster := testenv.RedisCluster(t)
+	cs, err := redisstore.New(cluster, redisstore.WithPrefix(testenv.Prefix(t, cluster)), redisstore.WithReplicaAcks(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		p := keycap.NewPoolID("acks", fmt.Sprint(i)) // on every master
+		if ok, err := cs.Acquire(ctx, p, owner, 1, time.Minute); !ok || err != nil {
+			t.Fatalf("Acquire on the cluster = %v, %v", ok, err)
+		}
+		if ok, _ := cs.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); ok {
+			t.Fatal("an acknowledged pool admitted one over its cap")
+		}
+	}
+}
+
+// TestNewRequiresContextTimeouts: a client that ignores its context's
+// deadline would let a hung Redis stall decisions past their budget.
+func TestNewRequiresContextTimeouts(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	if _, err := redisstore.New(c); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Fatalf("New with ContextTimeoutEnabled false = %v, want an error naming it", err)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	if _, err := redisstore.New(cc); err == nil {
+		t.Fatal("a cluster client without ContextTimeoutEnabled accepted")
+	}
+}
