@@ -152,3 +152,29 @@ func TestLostAfterClose(t *testing.T) {
 	}
 	ls.Release()
 }
+
+// TestFailedReleasesAreRetried: a release that the store fails is retried in
+// the background, so that a store back from an outage does not keep the
+// slots of holders that are done until their TTL runs out.
+func TestFailedReleasesAreRetried(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, _ := newLimiter(t, fs)
+	lim := limit(t, "r", "k", 1, keycap.WithTTL(time.Hour))
+	ls := acquire(t, l, lim)
+	fs.fail.Store(true)
+	ls.Release() // fails
+	fs.fail.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := l.Acquire(context.Background(), lim)
+		if err == nil {
+			got.Release()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot whose release failed is still held 5 s after the store came back (TTL 1 h): %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // the retry runs on its own schedule
+	}
+}

@@ -14,6 +14,9 @@ type Lease struct {
 	slots    []slot
 	one      [1]slot // backing for the common single-limit lease
 
+	member   bool // a member lease of the node, kept by its heartbeat (AcquireAs)
+	admitted bool // handed to its holder
+
 	mu       sync.Mutex // guards the fields below and each slot's renewal state
 	released bool
 	lost     bool
@@ -100,8 +103,8 @@ func (ls *Lease) markLost(s *slot) chan struct{} {
 // Release frees the lease's slots and reports SlotReleased for each. It is
 // idempotent, safe to call from any goroutine, and safe after the lease was
 // lost: it frees nothing that another holder took since. A store failure
-// during Release is reported to the observer; the slot then frees itself when
-// its TTL runs out.
+// during Release is reported to the observer, and the release retried in the
+// background until it succeeds or the slot expires in the store.
 func (ls *Lease) Release() {
 	ls.release(-1)
 }
@@ -118,7 +121,11 @@ func (ls *Lease) release(reported int) {
 	ls.mu.Unlock()
 
 	l := ls.l
-	l.keeper.remove(ls)
+	if ls.member {
+		l.nodes.remove(ls)
+	} else {
+		l.keeper.remove(ls)
+	}
 	for i := range ls.slots {
 		if s := &ls.slots[i]; s.held {
 			l.releaseSlot(ls.owner, s)

@@ -43,11 +43,12 @@ func (m FailMode) String() string {
 	return fmt.Sprintf("FailMode(%d)", uint8(m))
 }
 
-// Limit caps one pool: at most Max leases at once for the pair (Name, Key).
+// Limit caps one pool: at most Max leases at once for (Family, Name, Key).
 //
 // A Limit is an immutable value built by NewLimit, which checks every field.
 // The zero Limit is invalid, and Acquire refuses it.
 type Limit struct {
+	family Family
 	name   string
 	key    string
 	max    int
@@ -64,6 +65,7 @@ type LimitOption struct {
 	field limitField
 	d     time.Duration
 	m     FailMode
+	f     Family
 }
 
 type limitField uint8
@@ -73,6 +75,7 @@ const (
 	fieldWait
 	fieldFail
 	fieldBudget
+	fieldFamily
 )
 
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
@@ -89,6 +92,12 @@ func WithWait(d time.Duration) LimitOption { return LimitOption{field: fieldWait
 // it may take before the store counts as failed and the fail mode applies at
 // once. Default: the Limiter's (WithDecisionBudget). Positive.
 func WithBudget(d time.Duration) LimitOption { return LimitOption{field: fieldBudget, d: d} }
+
+// WithFamily puts the limit in family f instead of FamilyApp. Front doors
+// use it for their pools (joblimit FamilyJob, conncap FamilyConn); an
+// application's own limits need it only to share a front door's pools on
+// purpose.
+func WithFamily(f Family) LimitOption { return LimitOption{field: fieldFamily, f: f} }
 
 // WithFailMode sets what happens when the store cannot answer for this limit.
 // Default FailDefault, which defers to the Limiter.
@@ -113,12 +122,17 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 			if o.d <= 0 {
 				return Limit{}, &InvalidLimitError{Field: "budget", Value: o.d.String(), Reason: "must be positive"}
 			}
+		case fieldFamily:
+			l.family = o.f
+			if !o.f.valid() {
+				return Limit{}, &InvalidLimitError{Field: "family", Value: o.f.String(), Reason: "must be FamilyApp, FamilyJob, FamilyConn or FamilyPause"}
+			}
 		}
 	}
 	if err := l.validate(); err != nil {
 		return Limit{}, err
 	}
-	l.pool = NewPoolID(name, key)
+	l.pool = PoolIDOf(l.family, name, key)
 	return l, nil
 }
 
@@ -151,7 +165,11 @@ func (l *Limit) validate() error {
 // valid reports whether l was built by NewLimit.
 func (l Limit) valid() bool { return l.name != "" }
 
-// Name returns the limit's name: the family of pools it belongs to.
+// Family returns the limit's family: the front door whose pools it counts in.
+func (l Limit) Family() Family { return l.family }
+
+// Name returns the limit's name: with the family, the set of pools it
+// belongs to, one per key.
 func (l Limit) Name() string { return l.name }
 
 // Key returns the key the limit counts against, as given.

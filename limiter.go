@@ -40,10 +40,14 @@ type Limiter struct {
 	base     time.Time   // origin of the monotonic clock (now)
 	poll     func() time.Duration
 
-	outages outages
-	closed  atomic.Bool
-	keeper  keeper
-	waiters waiters
+	outages  outages
+	closed   atomic.Bool
+	keeper   keeper
+	releaser releaser
+	waiters  waiters
+	nodeName string
+	node     NodeID
+	nodes    nodes
 }
 
 // An Option configures a Limiter.
@@ -97,7 +101,11 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	_, nonBlocking := store.(NonBlocking)
 	l.blocks = !nonBlocking
 	l.parts, _ = store.(Partitioner)
+	if err := l.nodes.init(l); err != nil {
+		return nil, err
+	}
 	l.keeper.init(l)
+	l.releaser.init(l)
 	l.waiters.init()
 	return l, nil
 }
@@ -111,7 +119,9 @@ func (l *Limiter) Store() Store { return l.store }
 // ErrClosed. Close is idempotent.
 func (l *Limiter) Close() error {
 	if l.closed.CompareAndSwap(false, true) {
+		l.nodes.close()
 		l.keeper.close()
+		l.releaser.close()
 	}
 	return nil
 }
@@ -141,12 +151,22 @@ func (l *Limiter) now() time.Duration { return time.Since(l.base) }
 // slot of its pools is released through this Limiter, and otherwise polls
 // every 100 ms ± 50 %. Acquire with no limits returns an empty lease.
 func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) {
+	return l.acquire(ctx, nil, limits)
+}
+
+// acquire is Acquire, or AcquireAs when member is not nil.
+func (l *Limiter) acquire(ctx context.Context, member *string, limits []Limit) (*Lease, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
 	wait, err := check(limits)
 	if err != nil {
 		return nil, err
+	}
+	if member != nil {
+		if err := l.nodes.check(limits); err != nil {
+			return nil, err
+		}
 	}
 	for _, lim := range limits {
 		if lim.max == 0 {
@@ -161,6 +181,17 @@ func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) 
 	start := l.now()
 	now := start
 	ls := newLease(l, limits, start)
+	if member != nil {
+		ls.owner, ls.member = NodeOwner(l.node, *member), true
+		// Registered before the store grants it, so that a heartbeat
+		// meanwhile keeps it rather than dropping it as a ghost.
+		l.nodes.add(ls)
+		defer func() {
+			if !ls.admitted {
+				l.nodes.remove(ls)
+			}
+		}()
+	}
 	var w *waiter
 	if wait > 0 {
 		// Registered before the first try, so that a release between a
@@ -289,8 +320,9 @@ func (l *Limiter) releaseSlot(owner Owner, s *slot) {
 	err := l.store.Release(ctx, s.limit.pool, owner)
 	cancel()
 	if err != nil {
-		// The slot frees itself when its TTL runs out.
+		// Retried in the background until it succeeds or the slot expires.
 		l.storeFailed(s.limit, err)
+		l.releaser.retry(s.limit, owner, s.deadline)
 	} else {
 		l.storeAnswered(s.limit.pool)
 	}
@@ -342,7 +374,10 @@ func (l *Limiter) failModeOf(lim Limit) FailMode {
 // released, SlotReleased is reported for each SlotAcquired already reported,
 // and the panic goes on.
 func (l *Limiter) admit(ls *Lease, waited time.Duration) {
-	l.keeper.add(ls)
+	ls.admitted = true
+	if !ls.member {
+		l.keeper.add(ls) // member leases are kept by the node's heartbeat
+	}
 	if l.observer == nil {
 		return
 	}
@@ -355,16 +390,52 @@ func (l *Limiter) admit(ls *Lease, waited time.Duration) {
 	}()
 	for i := range ls.slots {
 		if s := &ls.slots[i]; s.held {
-			l.observer.Observe(Event{Kind: SlotAcquired, Limit: s.limit, Waited: waited})
+			// Counted before the call: an observer that panics received the
+			// event (and Observers delivers it to every observer first), so
+			// it receives the SlotReleased that balances it.
 			reported++
+			l.observer.Observe(Event{Kind: SlotAcquired, Family: s.limit.family, Limit: s.limit, Waited: waited})
 		}
 	}
 }
 
 func (l *Limiter) emit(e Event) {
 	if l.observer != nil {
+		if e.Limit.valid() {
+			e.Family = e.Limit.family
+		}
 		l.observer.Observe(e)
 	}
+}
+
+// Emit sends e to the Limiter's observer: front doors built on the Limiter
+// (pause, say) report their own events through it, so that one observer
+// sees everything. An Event with a Limit takes the limit's family.
+func (l *Limiter) Emit(e Event) { l.emit(e) }
+
+// Call runs op, a call to the Limiter's store that a front door makes on
+// lim's behalf (a pause, a pace, a mark), within lim's decision budget, and
+// accounts for it as the Limiter's own calls are: a failure counts in the
+// outage of the store's partition that holds lim's pool (reported once, as
+// StoreFailed), a success may end it. It returns op's error, a *BudgetError
+// when the budget ran out first, or the context's error when ctx ended,
+// which is never a store failure.
+func (l *Limiter) Call(ctx context.Context, lim Limit, op func(ctx context.Context) error) error {
+	bctx, cancel := l.bound(ctx, l.budgetOf(lim))
+	err := op(bctx)
+	bctxErr := bctx.Err()
+	cancel()
+	switch {
+	case err == nil:
+		l.storeAnswered(lim.pool)
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case bctxErr != nil:
+		err = &BudgetError{Budget: l.budgetOf(lim), Err: err}
+	}
+	l.storeFailed(lim, err)
+	return err
 }
 
 // partition returns the part of the store that holds pool.

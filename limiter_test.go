@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -437,9 +438,16 @@ func TestDoReleasesOnPanic(t *testing.T) {
 func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 	t.Parallel()
 	rec := &keycaptest.Recorder{}
+	var seen atomic.Int64 // panicky's acquired minus released
 	panicky := keycap.ObserverFunc(func(e keycap.Event) {
-		if e.Kind == keycap.SlotAcquired && e.Limit.Name() == "b" {
-			panic("observer")
+		switch e.Kind {
+		case keycap.SlotAcquired:
+			seen.Add(1)
+			if e.Limit.Name() == "b" {
+				panic("observer")
+			}
+		case keycap.SlotReleased:
+			seen.Add(-1)
 		}
 	})
 	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.Observers(rec, panicky)))
@@ -456,10 +464,14 @@ func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 		}()
 		_, _ = l.Acquire(context.Background(), a, b)
 	}()
-	// a was reported acquired, then released; b's SlotAcquired panicked
-	// (rec saw it first), and both slots are free again.
-	if acq, rel := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); acq != 2 || rel != 1 {
-		t.Fatalf("acquired %d, released %d", acq, rel)
+	// Both slots were reported acquired — b's SlotAcquired reached rec and
+	// then panicked in panicky — so both are reported released, to every
+	// observer, and both slots are free again.
+	if acq, rel := rec.Count(keycap.SlotAcquired, ""), rec.Count(keycap.SlotReleased, ""); acq != 2 || rel != 2 {
+		t.Fatalf("acquired %d, released %d: unbalanced", acq, rel)
+	}
+	if n := seen.Load(); n != 0 {
+		t.Fatalf("the panicking observer saw %d more acquired than released", n)
 	}
 	acquire(t, l, a).Release()
 	l2, _ := newLimiter(t, l.Store())
@@ -491,6 +503,12 @@ func TestPoolIDs(t *testing.T) {
 	if keycap.NewPoolID("a", "k") != keycap.MustLimit("a", "k", 1).Pool() {
 		t.Fatal("limit pool differs from NewPoolID")
 	}
+	// Families keep front doors apart: an application limit named like
+	// another front door's pools never reaches them.
+	if keycap.PoolIDOf(keycap.FamilyApp, "conncap:chat", "user:1") == keycap.PoolIDOf(keycap.FamilyConn, "chat", "user:1") ||
+		keycap.PoolIDOf(keycap.FamilyApp, "x", "k") == keycap.PoolIDOf(keycap.FamilyJob, "x", "k") {
+		t.Fatal("two families share a pool")
+	}
 	if a, b := keycap.NewOwner(), keycap.NewOwner(); a == b {
 		t.Fatal("two owner tokens are equal")
 	}
@@ -502,7 +520,7 @@ func TestPoolIDLongAndShortPathsAgree(t *testing.T) {
 	for _, n := range []int{0, 1, 200, 245, 246, 247, 248, 300, 5000} {
 		key := strings.Repeat("k", n)
 		h := sha256.New()
-		h.Write([]byte{byte(len("name"))})
+		h.Write([]byte{byte(keycap.FamilyApp), byte(len("name"))})
 		h.Write([]byte("name" + key))
 		var want keycap.PoolID
 		copy(want[:], h.Sum(nil))

@@ -21,6 +21,10 @@ const (
 	// typically because the process could not renew it in time), after being
 	// held for Held. SlotReleased still follows when the lease is released.
 	LeaseLost
+	// GhostsDropped: the node's heartbeat dropped Count of its members of
+	// Limit's pool that the store still held after they were released (a
+	// release that never reached it).
+	GhostsDropped
 	// StoreFailed: the store failed (Err) during an operation for Limit, in
 	// its partition Node ("" for a store of one node). It is reported once
 	// per outage, at its first failure: a node that fails on and off is one
@@ -28,9 +32,21 @@ const (
 	StoreFailed
 	// StoreRecovered: the store's partition Node answered again, and has not
 	// failed for the Limiter's recover-after time (WithRecoverAfter), after a
-	// StoreFailed: the outage lasted Held and
-	// saw Failures failed calls.
+	// StoreFailed: the outage lasted Held and saw Failures failed calls.
 	StoreRecovered
+	// Throttled: a response from API was throttled (Status, Wait, Source).
+	Throttled
+	// Exhausted: a response from API went through but said nothing remains
+	// (Wait, Source): the API is paused before its 429.
+	Exhausted
+	// Paused: API is now paused for Wait (a pause started or extended).
+	Paused
+	// CallHeld: a call to API was refused without being sent, or a job was
+	// released, because API is paused (Wait left) or over its rate (Paced).
+	CallHeld
+	// CallRetried: a throttled request to API was sent again after waiting
+	// Wait in place.
+	CallRetried
 )
 
 var kindNames = [...]string{
@@ -38,8 +54,14 @@ var kindNames = [...]string{
 	LimitExceeded:  "limit exceeded",
 	SlotReleased:   "slot released",
 	LeaseLost:      "lease lost",
+	GhostsDropped:  "ghosts dropped",
 	StoreFailed:    "store failed",
 	StoreRecovered: "store recovered",
+	Throttled:      "throttled",
+	Exhausted:      "exhausted",
+	Paused:         "paused",
+	CallHeld:       "call held",
+	CallRetried:    "call retried",
 }
 
 // String returns the kind in words, such as "slot acquired".
@@ -50,21 +72,32 @@ func (k EventKind) String() string {
 	return "unknown event"
 }
 
-// Event is what an Observer receives. Fields that do not apply to a kind are
-// zero.
+// Event is what an Observer receives, from every front door: slots of HTTP
+// requests, jobs and connections, and pauses of APIs. Family says which sent
+// it. Fields that do not apply to a kind are zero.
 type Event struct {
-	Kind     EventKind
-	Limit    Limit         // the limit concerned; its Key is the key as given
-	Waited   time.Duration // SlotAcquired, LimitExceeded
-	Held     time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
-	Node     string        // StoreFailed, StoreRecovered: the store's partition
-	Failures int64         // StoreRecovered: failed calls during the outage
-	Err      error         // StoreFailed
+	Kind   EventKind
+	Family Family // the front door: FamilyApp (HTTP, the application), FamilyJob, FamilyConn, FamilyPause
+	Limit  Limit  // slot events, GhostsDropped, StoreFailed: the limit; its Key is the key as given
+
+	Waited time.Duration // SlotAcquired, LimitExceeded
+	Held   time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
+	Count  int           // GhostsDropped
+
+	Node     string // StoreFailed, StoreRecovered: the store's partition
+	Failures int64  // StoreRecovered: failed calls during the outage
+	Err      error  // StoreFailed
+
+	API    string        // Throttled, Exhausted, Paused, CallHeld, CallRetried
+	Wait   time.Duration // Throttled, Exhausted, Paused, CallHeld, CallRetried
+	Status int           // Throttled: the response's status
+	Source string        // Throttled, Exhausted: the signal that gave the wait
+	Paced  bool          // CallHeld: over the API's rate rather than paused
 }
 
-// Observer receives the events of a Limiter. Observe is called synchronously
-// on the goroutine that caused the event, so it must be quick and safe for
-// concurrent use.
+// Observer receives the events of a Limiter and of the front doors built on
+// it. Observe is called synchronously on the goroutine that caused the
+// event, so it must be quick and safe for concurrent use.
 type Observer interface {
 	Observe(Event)
 }
@@ -76,7 +109,9 @@ type ObserverFunc func(Event)
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // Observers returns an Observer that passes each event to every observer in
-// turn. Nil observers are skipped.
+// turn. Nil observers are skipped. An observer that panics does not keep the
+// event from the others: the first panic goes on once every observer has
+// had the event, so that each observer sees the same balanced events.
 func Observers(obs ...Observer) Observer {
 	var list multiObserver
 	for _, o := range obs {
@@ -97,16 +132,28 @@ func Observers(obs ...Observer) Observer {
 type multiObserver []Observer
 
 func (m multiObserver) Observe(e Event) {
+	var first any
 	for _, o := range m {
-		o.Observe(e)
+		func() {
+			defer func() {
+				if r := recover(); r != nil && first == nil {
+					first = r
+				}
+			}()
+			o.Observe(e)
+		}()
+	}
+	if first != nil {
+		panic(first)
 	}
 }
 
 // NewSlogObserver returns an Observer that logs events to logger: store
-// failures at Error, lost leases at Warn, recoveries at Info, and refusals,
-// acquired and released slots at Debug (they happen on every request: count
-// them with metrics). Keys are not logged: they may be
-// private or long. A nil logger means slog.Default().
+// failures at Error, lost leases and throttled APIs at Warn, recoveries and
+// pauses at Info, and refusals, acquired and released slots and held calls
+// at Debug (they happen on every request: count them with metrics). Keys are
+// not logged: they may be private or long. A nil logger means
+// slog.Default().
 func NewSlogObserver(logger *slog.Logger) Observer {
 	if logger == nil {
 		logger = slog.Default()
@@ -118,9 +165,12 @@ type slogObserver struct{ log *slog.Logger }
 
 func (s slogObserver) Observe(e Event) {
 	level := slog.LevelDebug
-	attrs := []slog.Attr{
-		slog.String("limit", e.Limit.Name()),
-		slog.Int("max", e.Limit.Max()),
+	attrs := []slog.Attr{slog.String("family", e.Family.String())}
+	if e.Limit.valid() {
+		attrs = append(attrs, slog.String("limit", e.Limit.Name()), slog.Int("max", e.Limit.Max()))
+	}
+	if e.API != "" {
+		attrs = append(attrs, slog.String("api", e.API))
 	}
 	switch e.Kind {
 	case StoreFailed:
@@ -129,21 +179,30 @@ func (s slogObserver) Observe(e Event) {
 		if e.Node != "" {
 			attrs = append(attrs, slog.String("node", e.Node))
 		}
-	case LeaseLost:
-		level = slog.LevelWarn
-		attrs = append(attrs, slog.Duration("held", e.Held))
 	case StoreRecovered:
 		level = slog.LevelInfo
 		attrs = append(attrs, slog.Duration("down", e.Held), slog.Int64("failures", e.Failures))
 		if e.Node != "" {
 			attrs = append(attrs, slog.String("node", e.Node))
 		}
-	case LimitExceeded:
-		attrs = append(attrs, slog.Duration("waited", e.Waited))
-	case SlotAcquired:
+	case LeaseLost:
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Duration("held", e.Held))
+	case GhostsDropped:
+		level = slog.LevelInfo
+		attrs = append(attrs, slog.Int("count", e.Count))
+	case LimitExceeded, SlotAcquired:
 		attrs = append(attrs, slog.Duration("waited", e.Waited))
 	case SlotReleased:
 		attrs = append(attrs, slog.Duration("held", e.Held))
+	case Throttled, Exhausted:
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Int("status", e.Status), slog.Duration("wait", e.Wait), slog.String("source", e.Source))
+	case Paused:
+		level = slog.LevelInfo
+		attrs = append(attrs, slog.Duration("wait", e.Wait))
+	case CallHeld, CallRetried:
+		attrs = append(attrs, slog.Duration("wait", e.Wait), slog.Bool("paced", e.Paced))
 	}
 	ctx := context.Background()
 	if !s.log.Enabled(ctx, level) {

@@ -7,17 +7,24 @@ import (
 	"math/rand/v2"
 )
 
-// PoolID identifies a pool (a limit name and a key) to a store: 128 bits of
-// SHA-256 over the name and the key, byte for byte. Stores never see the key
+// PoolID identifies a pool (a family, a limit name and a key) to a store:
+// 128 bits of SHA-256 over the three, byte for byte. Stores never see the key
 // in clear, any key fits any store's key limits, and, the hash being
 // cryptographic, nobody can craft a key that shares another key's pool.
 type PoolID [16]byte
 
-// NewPoolID returns the pool identity of (name, key). The name's length is
-// hashed before it, so ("ab", "c") and ("a", "bc") are different pools.
-func NewPoolID(name, key string) PoolID {
-	var n [binary.MaxVarintLen64]byte
-	prefix := n[:binary.PutUvarint(n[:], uint64(len(name)))]
+// NewPoolID returns the identity of the pool (name, key) of FamilyApp: the
+// pool of NewLimit(name, key, ...).
+func NewPoolID(name, key string) PoolID { return PoolIDOf(FamilyApp, name, key) }
+
+// PoolIDOf returns the identity of the pool (name, key) of family f. The
+// family comes first and the name's length before the name, so ("ab", "c")
+// and ("a", "bc") are different pools, and so are two families' pools of
+// the same name and key.
+func PoolIDOf(f Family, name, key string) PoolID {
+	var n [1 + binary.MaxVarintLen64]byte
+	n[0] = byte(f)
+	prefix := n[:1+binary.PutUvarint(n[1:], uint64(len(name)))]
 	var sum [sha256.Size]byte
 	if total := len(prefix) + len(name) + len(key); total <= 256 {
 		// The common case, hashed from the stack without an allocation.

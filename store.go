@@ -107,7 +107,7 @@ type NodeID [8]byte
 
 // NewNodeID returns the ID of the node named name.
 func NewNodeID(name string) NodeID {
-	p := NewPoolID("keycap:node", name)
+	p := PoolIDOf(familyInternal, "node", name)
 	var n NodeID
 	copy(n[:], p[:8])
 	return n
@@ -117,7 +117,7 @@ func NewNodeID(name string) NodeID {
 // ID followed by eight bytes of name's hash. The same node and name always
 // give the same token, so acquiring with it is idempotent.
 func NodeOwner(node NodeID, name string) Owner {
-	p := NewPoolID("keycap:member", name)
+	p := PoolIDOf(familyInternal, "member", name)
 	var o Owner
 	copy(o[:8], node[:])
 	copy(o[8:], p[:8])

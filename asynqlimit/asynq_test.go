@@ -18,6 +18,7 @@ import (
 	"github.com/keycap/keycap/asynqlimit"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/redisstore"
 )
@@ -167,7 +168,7 @@ func TestTwoServers(t *testing.T) {
 // task with no retries left is reported, not silently dropped.
 func TestPieces(t *testing.T) {
 	t.Parallel()
-	rel := &joblimit.ReleaseError{Pool: "job:k", Delay: 42 * time.Second, Err: errors.New("full")}
+	rel := &jobtype.ReleaseError{By: "job:k", Delay: 42 * time.Second, Err: errors.New("full")}
 	wrapped := fmt.Errorf("handler: %w", rel)
 	isFailure := asynqlimit.IsFailure(nil)
 	if isFailure(wrapped) || !isFailure(errors.New("real")) {

@@ -38,43 +38,58 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/pause"
 )
 
-// Middleware returns handler middleware that applies rule(ctx, task) to every
-// task; a task for which rule reports false runs unlimited. The slot TTL
-// follows the task's deadline (its timeout) unless the rule sets one.
-func Middleware(jobs *joblimit.Limiter, rule func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool)) asynq.MiddlewareFunc {
+// Use returns handler middleware that runs each task through the Runner
+// pick gives it — a joblimit rule (joblimit.Limiter.For), a pause
+// (pause.Pauses.Respecting, Pacing), or your own — and turns a release into a
+// non-failure retry after its delay (with the two server settings IsFailure
+// and RetryDelay) and a skip into a revoked task; a task for which pick
+// reports false runs as is. The constructors below are Use with a pick of
+// each kind.
+func Use(pick func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool)) asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			r, ok := rule(ctx, t)
+			runner, ok := pick(ctx, t)
 			if !ok {
 				return next.ProcessTask(ctx, t)
 			}
-			err := jobs.Run(ctx, r, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+			err := runner.Run(ctx, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
 			return outcome(ctx, err)
 		})
 	}
 }
 
-// job describes task to joblimit: its type, its ID, and its timeout (the
+// Middleware returns handler middleware that applies rule(ctx, task) to every
+// task; a task for which rule reports false runs unlimited. The slot TTL
+// follows the task's deadline (its timeout) unless the rule sets one.
+func Middleware(jobs *joblimit.Limiter, rule func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool)) asynq.MiddlewareFunc {
+	return Use(func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool) {
+		r, ok := rule(ctx, t)
+		return jobs.For(r), ok
+	})
+}
+
+// job describes task to a Runner: its type, its ID, and its timeout (the
 // time left before its context's deadline).
-func job(ctx context.Context, t *asynq.Task) joblimit.Job {
+func job(ctx context.Context, t *asynq.Task) jobtype.Job {
 	id, _ := asynq.GetTaskID(ctx)
 	var timeout time.Duration
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	return joblimit.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout}
+	return jobtype.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout}
 }
 
-// outcome turns joblimit's instructions into asynq's: a release is returned
-// as is (IsFailure and RetryDelay recognise it), unless the task has no
-// retries left; a skip revokes the task. Any other error, a
-// *joblimit.DeadlineError included, is a failure.
+// outcome turns a Runner's results into asynq's: a release is returned as
+// is (IsFailure and RetryDelay recognise it), unless the task has no retries
+// left; a skip revokes the task. Any other error, a *jobtype.DeadlineError
+// included, is a failure.
 func outcome(ctx context.Context, err error) error {
-	var rel *joblimit.ReleaseError
-	var skip *joblimit.SkipError
+	var rel *jobtype.ReleaseError
+	var skip *jobtype.SkipError
 	switch {
 	case errors.As(err, &rel):
 		retried, _ := asynq.GetRetryCount(ctx)
@@ -102,16 +117,10 @@ func outcome(ctx context.Context, err error) error {
 // Use it before Middleware (mux.Use(RespectPauses(...), Middleware(...))), so
 // that a task arriving during a pause is released before it takes a slot.
 func RespectPauses(ps *pause.Pauses, api func(ctx context.Context, t *asynq.Task) (string, bool)) asynq.MiddlewareFunc {
-	return func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			name, ok := api(ctx, t)
-			if !ok {
-				return next.ProcessTask(ctx, t)
-			}
-			err := ps.RunJob(ctx, name, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
-			return outcome(ctx, err)
-		})
-	}
+	return Use(func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool) {
+		a, ok := api(ctx, t)
+		return ps.Respecting(a), ok
+	})
 }
 
 // PaceJobs returns handler middleware that runs tasks at their API's rate
@@ -121,23 +130,17 @@ func RespectPauses(ps *pause.Pauses, api func(ctx context.Context, t *asynq.Task
 // tasks; pause.Transport's pacing counts requests: use one. It needs the same
 // two server settings as Middleware.
 func PaceJobs(ps *pause.Pauses, api func(ctx context.Context, t *asynq.Task) (string, bool)) asynq.MiddlewareFunc {
-	return func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			name, ok := api(ctx, t)
-			if !ok {
-				return next.ProcessTask(ctx, t)
-			}
-			err := ps.PaceJob(ctx, name, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
-			return outcome(ctx, err)
-		})
-	}
+	return Use(func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool) {
+		a, ok := api(ctx, t)
+		return ps.Pacing(a), ok
+	})
 }
 
 // NotReleasableError is returned for a task that found no slot but has no
 // retries left, which asynq archives instead of retrying.
 type NotReleasableError struct {
 	Retried, MaxRetry int
-	Err               *joblimit.ReleaseError
+	Err               *jobtype.ReleaseError
 }
 
 func (e *NotReleasableError) Error() string {
@@ -180,8 +183,8 @@ func RetryDelay(next asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 }
 
 // released finds a release in err's chain; a NotReleasableError is not one.
-func released(err error) (*joblimit.ReleaseError, bool) {
-	var rel *joblimit.ReleaseError
+func released(err error) (*jobtype.ReleaseError, bool) {
+	var rel *jobtype.ReleaseError
 	var nr *NotReleasableError
 	if errors.As(err, &rel) && !errors.As(err, &nr) {
 		return rel, true

@@ -87,7 +87,7 @@ func TestWorkerKilledMidTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	slot := keycap.MustLimit("job:hang", "crash", 1)
+	slot := keycap.MustLimit("job:hang", "crash", 1, keycap.WithFamily(keycap.FamilyJob))
 	if _, err := probe.Acquire(ctx, slot); !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("while the task runs its slot should be held: %v", err)
 	}

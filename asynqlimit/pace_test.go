@@ -23,7 +23,7 @@ func TestPaceJobs(t *testing.T) {
 	rdb := testenv.Redis(t)
 	store, _ := redisstore.New(rdb, redisstore.WithPrefix(testenv.Prefix(t, rdb)))
 	rate := keycap.Rate{Events: 5, Period: time.Second, Burst: 1}
-	ps, err := pause.New(store, pause.WithJitter(20*time.Millisecond), pause.WithRate(func(string) (keycap.Rate, bool) { return rate, true }))
+	ps, err := pause.New(testLimiter(t, store), pause.WithJitter(20*time.Millisecond), pause.WithRate(func(string) (keycap.Rate, bool) { return rate, true }))
 	if err != nil {
 		t.Fatal(err)
 	}

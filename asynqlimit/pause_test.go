@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/asynqlimit"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/pause"
@@ -26,7 +27,13 @@ func vendorPauses(rdb redis.UniversalClient, prefix string) (*pause.Pauses, *htt
 	if err != nil {
 		return nil, nil, err
 	}
-	ps, err := pause.New(store, pause.WithJitter(300*time.Millisecond))
+	// A Limiter that only makes store calls (no leases) starts no
+	// goroutine: nothing to close.
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	ps, err := pause.New(l, pause.WithJitter(300*time.Millisecond))
 	if err != nil {
 		return nil, nil, err
 	}

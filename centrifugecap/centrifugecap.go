@@ -5,7 +5,7 @@
 // store key per user checked and changed atomically, so the cap holds across
 // nodes exactly.
 //
-//	caps, _ := conncap.New(store, conncap.WithDefaultCap(3), conncap.WithLiveness(centrifugecap.Live(node)))
+//	caps, _ := conncap.New(limiter, conncap.WithDefaultCap(3), conncap.WithLiveness(centrifugecap.Live(node)))
 //	limit := centrifugecap.New(caps, "chat")
 //	node.OnConnecting(limit.OnConnecting(myConnecting))  // myConnecting may be nil
 //	node.OnConnect(limit.OnConnect(myConnect))           // myConnect may be nil

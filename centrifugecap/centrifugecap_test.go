@@ -11,6 +11,7 @@ import (
 	"github.com/centrifugal/centrifuge"
 	centrifugego "github.com/centrifugal/centrifuge-go"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/centrifugecap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/internal/testenv"
@@ -30,7 +31,7 @@ func startNode(t *testing.T, prefix string) (*httptest.Server, *conncap.Cap) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps, err := conncap.New(store, conncap.WithDefaultCap(2), conncap.WithLiveness(centrifugecap.Live(node)))
+	caps, err := capsOn(t, store, conncap.WithDefaultCap(2), conncap.WithLiveness(centrifugecap.Live(node)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,4 +158,24 @@ func TestCapHoldsAcrossNodes(t *testing.T) {
 	}
 	c5 := dial(t, b, "alice")
 	c5.wait(t, "connected")
+}
+
+// capsOn returns connection caps on a Limiter of their own over store, both
+// closed when tb ends.
+func capsOn(tb testing.TB, store keycap.Store, opts ...conncap.Option) (*conncap.Cap, error) {
+	tb.Helper()
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := conncap.New(l, opts...)
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	tb.Cleanup(func() {
+		_ = caps.Close()
+		_ = l.Close()
+	})
+	return caps, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/redisstore"
@@ -17,11 +18,7 @@ import (
 func BenchmarkAdmit(b *testing.B) {
 	c := testenv.Redis(b)
 	store, _ := redisstore.New(c, redisstore.WithPrefix(testenv.Prefix(b, c)))
-	caps, err := conncap.New(store, conncap.WithDefaultCap(1000))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer caps.Close()
+	caps := newBenchCap(b, store, 1000)
 	ctx := context.Background()
 	_ = caps.Admit(ctx, "app", "warm", "warm") // load the script
 	rt := testenv.CountRoundTrips(c)
@@ -57,10 +54,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	} {
 		c := backend.client(b)
 		store, _ := redisstore.New(c, redisstore.WithPrefix(testenv.Prefix(b, c)))
-		caps, err := conncap.New(store, conncap.WithDefaultCap(10))
-		if err != nil {
-			b.Fatal(err)
-		}
+		caps := newBenchCap(b, store, 10)
 		ctx := context.Background()
 		const users, perUser = 2000, 5
 		for u := range users {
@@ -105,6 +99,21 @@ func BenchmarkHeartbeat(b *testing.B) {
 				}
 			}
 		})
-		_ = caps.Close()
 	}
+}
+
+func newBenchCap(b *testing.B, store keycap.Store, n int) *conncap.Cap {
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	caps, err := conncap.New(l, conncap.WithDefaultCap(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = caps.Close()
+		_ = l.Close()
+	})
+	return caps
 }

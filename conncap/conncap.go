@@ -6,37 +6,43 @@
 // It knows nothing of protocols: pushercap applies it to the Pusher protocol,
 // centrifugecap to centrifuge, and the keycap gateway to proxied WebSockets.
 //
-//	caps, err := conncap.New(store, conncap.WithDefaultCap(5))
+//	limiter, err := keycap.NewLimiter(store) // redisstore for a cluster
+//	caps, err := conncap.New(limiter, conncap.WithDefaultCap(5))
 //	defer caps.Close()
 //	if err := caps.Admit(ctx, appID, userID, socketID); err != nil {
 //		// over the cap (errors.Is(err, conncap.ErrOverCap)) or, failing
 //		// closed, the store is down: refuse the connection
 //	}
-//	defer caps.Leave(socketID)
+//	defer caps.Leave(appID, socketID)
 //
 // # How it heals
 //
-// Each connection is a lease in its user's pool, owned by its node. A
-// heartbeat (every 30 s by default) makes this node's part of every pool it
-// touches exactly its live connections: it renews them (the store forgets a
-// lease 90 s after its last renewal), adds back any the store lost, and drops
-// this node's ghosts — connections whose release never reached the store. So
-// a lost release costs a slot for at most one heartbeat, and a node that dies
-// frees its connections within the TTL with nobody's help. The heartbeat costs
-// one round trip per store node, for all the node's users together: it grows
-// with the users on the node, never with a scan of the store.
+// Each connection is a member lease of the node (keycap.Limiter.AcquireAs)
+// in its user's pool. The Limiter's heartbeat (every 30 s by default,
+// keycap.WithHeartbeat) makes this node's part of every pool it touches
+// exactly its live connections: it renews them (the store forgets a lease
+// 90 s after its last renewal, WithTTL), adds back any the store lost, and
+// drops this node's ghosts — connections whose release never reached the
+// store. So a lost release costs a slot for at most one heartbeat, and a node
+// that dies frees its connections within the TTL with nobody's help. The
+// heartbeat costs one round trip per store node, for all the node's users
+// together: it grows with the users on the node, never with a scan of the
+// store.
 //
 // User ids may be any bytes: the store sees only a hash of the app and the
 // user, so ids can neither collide nor inject anything into keys, and all of
-// a user's data lives in one Redis Cluster slot.
+// a user's data lives in one Redis Cluster slot. Connection pools are of the
+// family keycap.FamilyConn: no other front door's limit can count in them.
+//
+// Events (admissions are SlotAcquired, refusals LimitExceeded, departures
+// SlotReleased, ghosts GhostsDropped, all of FamilyConn with the app as the
+// limit's name and the user as its key) go to the Limiter's observer.
 package conncap
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,153 +53,125 @@ import (
 
 // Defaults of a Cap.
 const (
-	DefaultCap       = 5
-	DefaultHeartbeat = 30 * time.Second
-	DefaultTTL       = 90 * time.Second
+	DefaultCap = 5
+	DefaultTTL = 90 * time.Second
 )
 
 // Cap admits connections under per-user caps, and keeps this node's count
 // true in the store. It is safe for concurrent use.
 type Cap struct {
-	store      keycap.Store
-	syncer     keycap.Syncer
-	nodeName   string
-	node       keycap.NodeID
+	l          *keycap.Limiter
 	defaultCap int
 	appCaps    map[string]int
-	heartbeat  time.Duration
 	ttl        time.Duration
-	failOpen   bool
-	observer   Observer
+	fail       keycap.FailMode
 	live       func(app, user, conn string) bool
 
 	mu    sync.Mutex
 	conns map[connKey]*conn
-	pools map[keycap.PoolID]*userPool
 
-	outage atomic.Bool
+	closed atomic.Bool
 	stop   chan struct{}
 	done   chan struct{}
-	closed atomic.Bool
 }
 
 type connKey struct{ app, conn string }
 
 type conn struct {
-	app, user string
-	pool      keycap.PoolID
-	member    keycap.Owner
-	since     time.Time
-}
-
-// userPool is this node's part of one user's pool.
-type userPool struct {
-	members map[keycap.Owner]struct{}
+	user  string
+	lease *keycap.Lease // nil while its admission is under way
+	since time.Time
 }
 
 // An Option configures a Cap.
-type Option func(*Cap) error
+type Option func(*config)
+
+type config struct {
+	defaultCap int
+	appCaps    map[string]int
+	badApp     string
+	badCap     int
+	ttl        time.Duration
+	fail       keycap.FailMode
+	live       func(app, user, conn string) bool
+}
 
 // WithDefaultCap sets the cap of apps without their own (WithAppCap): the
 // most connections one user may hold at once. 0 disables capping. Default
 // DefaultCap.
-func WithDefaultCap(n int) Option {
-	return func(c *Cap) error {
-		if n < 0 {
-			return &keycap.InvalidLimitError{Field: "default cap", Value: strconv.Itoa(n), Reason: "must be at least 0"}
-		}
-		c.defaultCap = n
-		return nil
-	}
-}
+func WithDefaultCap(n int) Option { return func(c *config) { c.defaultCap = n } }
 
 // WithAppCap sets the cap of one app. 0 disables capping for it.
 func WithAppCap(app string, n int) Option {
-	return func(c *Cap) error {
-		if n < 0 {
-			return &keycap.InvalidLimitError{Field: "cap of app " + strconv.Quote(app), Value: strconv.Itoa(n), Reason: "must be at least 0"}
+	return func(c *config) {
+		if n < 0 && c.badApp == "" {
+			c.badApp, c.badCap = app, n
 		}
 		c.appCaps[app] = n
-		return nil
 	}
 }
 
-// WithHeartbeat sets how often the node renews its connections and drops its
-// ghosts (default DefaultHeartbeat), and how long the store keeps a
-// connection that is not renewed (default DefaultTTL). ttl must exceed the
-// interval, or live connections would expire between heartbeats.
-func WithHeartbeat(interval, ttl time.Duration) Option {
-	return func(c *Cap) error {
-		switch {
-		case interval <= 0:
-			return &keycap.InvalidLimitError{Field: "heartbeat", Value: interval.String(), Reason: "must be positive"}
-		case ttl <= interval:
-			return &keycap.InvalidLimitError{Field: "ttl", Value: ttl.String(), Reason: "must exceed the heartbeat of " + interval.String()}
-		}
-		c.heartbeat, c.ttl = interval, ttl
-		return nil
-	}
-}
+// WithTTL sets how long the store keeps a connection that is not renewed
+// (default DefaultTTL): how long a dead node's connections keep counting. It
+// must exceed the Limiter's heartbeat.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// WithFailOpen admits connections uncounted while the store cannot answer;
-// the first heartbeat after it recovers counts them. The default fails
-// closed: the connection is refused.
-func WithFailOpen() Option { return func(c *Cap) error { c.failOpen = true; return nil } }
+// WithFailMode sets what Admit does when the store cannot answer:
+// keycap.FailClosed (the default) refuses the connection;
+// keycap.FailOpen admits it uncounted, and the first heartbeat after the
+// store recovers counts it.
+func WithFailMode(m keycap.FailMode) Option { return func(c *config) { c.fail = m } }
 
-// WithNodeName names this node. Names must be unique among the nodes sharing
-// a store. Default: the host name, the process ID and a random suffix, so that
-// a restarted node never mistakes its predecessor's connections for its own.
-func WithNodeName(name string) Option {
-	return func(c *Cap) error {
-		if name == "" {
-			return errors.New("conncap: node name is empty")
-		}
-		c.nodeName = name
-		return nil
-	}
-}
-
-// WithLiveness lets the heartbeat ask the server which connections are still
-// open: a connection this node holds for longer than one heartbeat and that
-// live reports closed is dropped as if it had left. It is a safety net for
-// servers whose close hooks can be missed (centrifugecap.Live uses a
-// centrifuge node's hub); a node's own Leave calls still free slots at once.
+// WithLiveness lets the Cap ask the server, every heartbeat, which
+// connections are still open: a connection held for longer than one
+// heartbeat and that live reports closed is dropped as if it had left. It is
+// a safety net for servers whose close hooks can be missed (centrifugecap.Live
+// uses a centrifuge node's hub); Leave still frees slots at once.
 func WithLiveness(live func(app, user, conn string) bool) Option {
-	return func(c *Cap) error { c.live = live; return nil }
+	return func(c *config) { c.live = live }
 }
 
-// WithObserver sends events (admissions, refusals, departures, ghosts
-// dropped, store outages) to o.
-func WithObserver(o Observer) Option { return func(c *Cap) error { c.observer = o; return nil } }
-
-// New returns a Cap on store, which must implement keycap.Syncer (memstore and
-// redisstore do), and starts its heartbeat. Close stops it.
-func New(store keycap.Store, opts ...Option) (*Cap, error) {
-	syncer, ok := store.(keycap.Syncer)
-	if !ok {
-		return nil, fmt.Errorf("conncap: the store %T cannot sync a node's connections (keycap.Syncer)", store)
+// New returns a Cap whose connections are member leases of limiter's node.
+// The Limiter's store must implement keycap.Syncer (memstore, redisstore and
+// pgstore do). Close withdraws the node's connections.
+func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
+	if limiter == nil {
+		return nil, errors.New("conncap: New: limiter is nil")
 	}
-	host, _ := os.Hostname()
-	c := &Cap{
-		store: store, syncer: syncer,
-		nodeName:   fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), rand.Uint32()),
-		defaultCap: DefaultCap, appCaps: map[string]int{},
-		heartbeat: DefaultHeartbeat, ttl: DefaultTTL,
-		conns: map[connKey]*conn{}, pools: map[keycap.PoolID]*userPool{},
-		stop: make(chan struct{}), done: make(chan struct{}),
+	if _, ok := limiter.Store().(keycap.Syncer); !ok {
+		return nil, fmt.Errorf("conncap: the store %T cannot sync a node's connections (keycap.Syncer)", limiter.Store())
 	}
+	c := config{defaultCap: DefaultCap, appCaps: map[string]int{}, ttl: DefaultTTL, fail: keycap.FailClosed}
 	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
-		}
+		o(&c)
 	}
-	c.node = keycap.NewNodeID(c.nodeName)
-	go c.loop()
-	return c, nil
+	invalid := func(field, value, reason string) error {
+		return &keycap.InvalidLimitError{Field: field, Value: value, Reason: reason}
+	}
+	switch {
+	case c.defaultCap < 0:
+		return nil, invalid("default cap", strconv.Itoa(c.defaultCap), "must be at least 0")
+	case c.badApp != "":
+		return nil, invalid("cap of app "+strconv.Quote(c.badApp), strconv.Itoa(c.badCap), "must be at least 0")
+	case c.ttl <= limiter.HeartbeatInterval():
+		return nil, invalid("ttl", c.ttl.String(), "must exceed the Limiter's heartbeat of "+limiter.HeartbeatInterval().String())
+	case c.fail > keycap.FailClosed:
+		return nil, invalid("fail mode", c.fail.String(), "must be FailDefault, FailOpen or FailClosed")
+	}
+	cp := &Cap{
+		l: limiter, defaultCap: c.defaultCap, appCaps: c.appCaps, ttl: c.ttl, fail: c.fail, live: c.live,
+		conns: map[connKey]*conn{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if cp.live != nil {
+		go cp.liveness()
+	} else {
+		close(cp.done)
+	}
+	return cp, nil
 }
 
-// Node returns this node's name.
-func (c *Cap) Node() string { return c.nodeName }
+// Node returns this node's name (the Limiter's).
+func (c *Cap) Node() string { return c.l.Node() }
 
 // CapOf returns app's cap: 0 means uncapped.
 func (c *Cap) CapOf(app string) int {
@@ -203,14 +181,11 @@ func (c *Cap) CapOf(app string) int {
 	return c.defaultCap
 }
 
-var (
-	// ErrOverCap matches an *OverCapError.
-	ErrOverCap = errors.New("conncap: too many connections for this user")
-	// ErrClosed is returned by Admit after Close.
-	ErrClosed = errors.New("conncap: closed")
-)
+// ErrOverCap matches an *OverCapError.
+var ErrOverCap = errors.New("conncap: too many connections for this user")
 
 // OverCapError refuses a connection: its user already holds Cap connections.
+// It matches ErrOverCap and keycap.ErrLimitExceeded.
 type OverCapError struct {
 	App, User string
 	Cap       int
@@ -220,111 +195,78 @@ func (e *OverCapError) Error() string {
 	return fmt.Sprintf("conncap: user already holds %d connections to app %q, the cap", e.Cap, e.App)
 }
 
-// Is makes errors.Is(err, ErrOverCap) true.
-func (e *OverCapError) Is(target error) bool { return target == ErrOverCap }
-
-func poolOf(app, user string) keycap.PoolID { return keycap.NewPoolID("conncap:"+app, user) }
+// Is makes errors.Is(err, ErrOverCap) and errors.Is(err,
+// keycap.ErrLimitExceeded) true.
+func (e *OverCapError) Is(target error) bool {
+	return target == ErrOverCap || target == keycap.ErrLimitExceeded
+}
 
 // Admit counts connection conn of user against app's cap, or refuses it with
 // an *OverCapError. Admitting a connection already admitted (for the same
 // user) does nothing and succeeds. An uncapped app (cap 0) admits everything
-// without a store call. When the store cannot answer, Admit fails closed with
-// an error matching keycap.ErrStoreUnavailable, or with WithFailOpen admits
-// the connection uncounted; either way the outage is reported once.
-func (c *Cap) Admit(ctx context.Context, app, user, conn string) error {
+// without a store call. When the store cannot answer within the decision
+// budget, Admit fails closed with an error matching
+// keycap.ErrStoreUnavailable, or, with WithFailMode(keycap.FailOpen), admits
+// the connection uncounted; either way the outage is reported once. After
+// Close it returns keycap.ErrClosed.
+func (c *Cap) Admit(ctx context.Context, app, user, connID string) error {
 	if c.closed.Load() {
-		return ErrClosed
+		return keycap.ErrClosed
 	}
 	limit := c.CapOf(app)
 	if limit == 0 {
 		return nil
 	}
-	key := connKey{app, conn}
-	e, fresh, err := c.register(key, app, user)
-	if err != nil || !fresh {
+	key := connKey{app, connID}
+	c.mu.Lock()
+	if e, ok := c.conns[key]; ok {
+		c.mu.Unlock()
+		if e.user != user {
+			return fmt.Errorf("conncap: connection %q of app %q is already admitted for another user", connID, app)
+		}
+		return nil
+	}
+	e := &conn{user: user, since: time.Now()}
+	c.conns[key] = e
+	c.mu.Unlock()
+
+	lim, err := keycap.NewLimit(app, user, limit, keycap.WithFamily(keycap.FamilyConn), keycap.WithTTL(c.ttl), keycap.WithFailMode(c.fail))
+	if err == nil {
+		e.lease, err = c.l.AcquireAs(ctx, app+"\x00"+connID, lim)
+	}
+	if err != nil {
+		c.mu.Lock()
+		if c.conns[key] == e {
+			delete(c.conns, key)
+		}
+		c.mu.Unlock()
+		var le *keycap.LimitError
+		if errors.As(err, &le) {
+			return &OverCapError{App: app, User: user, Cap: limit}
+		}
 		return err
 	}
-	ok, err := c.store.Acquire(ctx, e.pool, e.member, limit, c.ttl)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		c.unregister(key, e)
-		return ctx.Err()
-	case err != nil:
-		c.failed(err)
-		if c.failOpen {
-			c.emit(Event{Kind: Admitted, App: app, User: user, Conn: conn, Uncounted: true})
-			return nil // counted by the first heartbeat after the outage
-		}
-		c.unregister(key, e)
-		c.emit(Event{Kind: Refused, App: app, User: user, Conn: conn, Err: err})
-		return &keycap.StoreError{Limit: keycap.MustLimit("conncap:"+app, user, limit), Err: err}
-	case !ok:
-		c.answered()
-		c.unregister(key, e)
-		c.emit(Event{Kind: Refused, App: app, User: user, Conn: conn, Cap: limit})
-		return &OverCapError{App: app, User: user, Cap: limit}
+	c.mu.Lock()
+	left := c.conns[key] != e // Leave, or Close, came while it was admitted
+	c.mu.Unlock()
+	if left {
+		e.lease.Release()
 	}
-	c.answered()
-	c.emit(Event{Kind: Admitted, App: app, User: user, Conn: conn, Cap: limit})
 	return nil
-}
-
-// register records conn as live before it is counted in the store, so that
-// a heartbeat running meanwhile keeps it rather than dropping it as a ghost.
-// fresh is false when conn was admitted already.
-func (c *Cap) register(key connKey, app, user string) (*conn, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.conns[key]; ok {
-		if e.user != user {
-			return nil, false, fmt.Errorf("conncap: connection %q of app %q is already admitted for another user", key.conn, app)
-		}
-		return e, false, nil
-	}
-	e := &conn{app: app, user: user, pool: poolOf(app, user), member: keycap.NodeOwner(c.node, app+"\x00"+key.conn), since: time.Now()}
-	c.conns[key] = e
-	up := c.pools[e.pool]
-	if up == nil {
-		up = &userPool{members: map[keycap.Owner]struct{}{}}
-		c.pools[e.pool] = up
-	}
-	up.members[e.member] = struct{}{}
-	return e, true, nil
-}
-
-// unregister forgets conn locally; the pool stays known until a heartbeat
-// has made the store agree.
-func (c *Cap) unregister(key connKey, e *conn) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.conns[key] == e {
-		delete(c.conns, key)
-		if up := c.pools[e.pool]; up != nil {
-			delete(up.members, e.member)
-		}
-	}
 }
 
 // Leave releases connection conn of app. Leaving a connection that was never
 // admitted does nothing. If the release does not reach the store, the next
 // heartbeat drops the ghost it leaves.
-func (c *Cap) Leave(app, conn string) {
-	key := connKey{app, conn}
+func (c *Cap) Leave(app, connID string) {
+	key := connKey{app, connID}
 	c.mu.Lock()
 	e := c.conns[key]
+	delete(c.conns, key)
 	c.mu.Unlock()
-	if e == nil {
-		return
+	if e != nil && e.lease != nil {
+		e.lease.Release()
 	}
-	c.unregister(key, e)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.store.Release(ctx, e.pool, e.member); err != nil {
-		c.failed(err)
-	} else {
-		c.answered()
-	}
-	c.emit(Event{Kind: Left, App: app, User: e.user, Conn: conn})
 }
 
 // Connections returns how many connections this node holds.
@@ -334,12 +276,12 @@ func (c *Cap) Connections() int {
 	return len(c.conns)
 }
 
-// Heartbeat renews this node's connections and drops its ghosts now, in one
-// Syncer.Sync batch. The heartbeat loop calls it every interval; tests and
-// shutdown code may call it too.
+// Heartbeat drops the connections that WithLiveness reports closed, then
+// renews this node's connections and drops its ghosts now (the Limiter's
+// heartbeat does it every interval). Tests and shutdown code may call it.
 func (c *Cap) Heartbeat(ctx context.Context) error {
 	c.dropDead()
-	return c.sync(ctx, false)
+	return c.l.Heartbeat(ctx)
 }
 
 // dropDead forgets the connections that the liveness check reports closed.
@@ -351,131 +293,59 @@ func (c *Cap) dropDead() {
 		key connKey
 		e   *conn
 	}
-	old := time.Now().Add(-c.heartbeat)
+	old := time.Now().Add(-c.l.HeartbeatInterval())
 	var check []held
 	c.mu.Lock()
 	for k, e := range c.conns {
-		if e.since.Before(old) {
+		if e.since.Before(old) && e.lease != nil {
 			check = append(check, held{k, e})
 		}
 	}
 	c.mu.Unlock()
 	for _, h := range check {
 		if !c.live(h.key.app, h.e.user, h.key.conn) {
-			c.unregister(h.key, h.e)
-			c.emit(Event{Kind: Left, App: h.key.app, User: h.e.user, Conn: h.key.conn})
-		}
-	}
-}
-
-// sync makes the store hold exactly this node's live connections; with none,
-// it withdraws every one of them.
-func (c *Cap) sync(ctx context.Context, none bool) error {
-	c.mu.Lock()
-	batch := make([]keycap.SyncPool, 0, len(c.pools))
-	for id, up := range c.pools {
-		sp := keycap.SyncPool{Pool: id}
-		if !none {
-			sp.Members = make([]keycap.Owner, 0, len(up.members))
-			for m := range up.members {
-				sp.Members = append(sp.Members, m)
+			c.mu.Lock()
+			gone := c.conns[h.key] == h.e
+			if gone {
+				delete(c.conns, h.key)
+			}
+			c.mu.Unlock()
+			if gone {
+				h.e.lease.Release()
 			}
 		}
-		batch = append(batch, sp)
 	}
-	c.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	err := c.syncer.Sync(ctx, c.node, c.ttl, batch)
-	if err != nil {
-		c.failed(err)
-		return err
-	}
-	var failure error
-	ghosts := 0
-	c.mu.Lock()
-	for _, sp := range batch {
-		if sp.Err != nil {
-			failure = sp.Err
-			continue
-		}
-		ghosts += sp.Removed
-		// A pool with no live connection, now empty in the store too, is
-		// forgotten: it costs nothing in later heartbeats.
-		if up := c.pools[sp.Pool]; up != nil && len(up.members) == 0 && len(sp.Members) == 0 {
-			delete(c.pools, sp.Pool)
-		}
-	}
-	c.mu.Unlock()
-	if failure != nil {
-		c.failed(failure)
-		return failure
-	}
-	c.answered()
-	if ghosts > 0 {
-		c.emit(Event{Kind: GhostsDropped, Count: ghosts})
-	}
-	return nil
 }
 
-func (c *Cap) loop() {
+// liveness runs the liveness check every heartbeat.
+func (c *Cap) liveness() {
 	defer close(c.done)
-	t := time.NewTicker(c.heartbeat)
+	t := time.NewTicker(c.l.HeartbeatInterval())
 	defer t.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), c.heartbeat)
-			_ = c.Heartbeat(ctx)
-			cancel()
+			c.dropDead()
 		}
 	}
 }
 
-// Close stops the heartbeat and withdraws every connection this node holds
-// from the store, so that their slots are free at once: call it when the
-// node stops serving. Admit returns ErrClosed afterwards.
+// Close withdraws every connection this node holds from the store, in one
+// batch, so that their slots are free at once: call it when the node stops
+// serving. Admit returns keycap.ErrClosed afterwards. It does not close the
+// Limiter.
 func (c *Cap) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	close(c.stop)
 	<-c.done
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := c.sync(ctx, true)
 	c.mu.Lock()
 	clear(c.conns)
 	c.mu.Unlock()
-	return err
-}
-
-// Stop stops the heartbeat without withdrawing anything, as a node that dies
-// would: its connections expire from the store within the TTL. Tests use it.
-func (c *Cap) Stop() {
-	if c.closed.CompareAndSwap(false, true) {
-		close(c.stop)
-		<-c.done
-	}
-}
-
-func (c *Cap) emit(e Event) {
-	if c.observer != nil {
-		c.observer.ObserveConn(e)
-	}
-}
-
-func (c *Cap) failed(err error) {
-	if c.outage.CompareAndSwap(false, true) {
-		c.emit(Event{Kind: StoreFailed, Err: err})
-	}
-}
-
-func (c *Cap) answered() {
-	if c.outage.Load() && c.outage.CompareAndSwap(true, false) {
-		c.emit(Event{Kind: StoreRecovered})
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.l.Withdraw(ctx)
 }

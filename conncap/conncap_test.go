@@ -15,6 +15,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/redisstore"
 )
@@ -62,36 +63,27 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, open func() keycap.Store
 	}
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []conncap.Event
-}
-
-func (r *recorder) ObserveConn(e conncap.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(k conncap.EventKind) (n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-func newNode(t *testing.T, s keycap.Store, opts ...conncap.Option) (*conncap.Cap, *recorder) {
+// newNode starts a node on store: a Limiter of its own (its own node name
+// and heartbeat) with a Cap, closed when the test ends.
+func newNode(t *testing.T, s keycap.Store, heartbeat time.Duration, opts ...conncap.Option) (*conncap.Cap, *keycaptest.Recorder) {
 	t.Helper()
-	rec := &recorder{}
-	c, err := conncap.New(s, append([]conncap.Option{conncap.WithObserver(rec)}, opts...)...)
+	rec := &keycaptest.Recorder{}
+	lopts := []keycap.Option{keycap.WithObserver(rec), keycap.WithRecoverAfter(time.Millisecond)}
+	if heartbeat > 0 {
+		lopts = append(lopts, keycap.WithHeartbeat(heartbeat))
+	}
+	l, err := keycap.NewLimiter(s, lopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, err := conncap.New(l, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = l.Close()
+	})
 	return c, rec
 }
 
@@ -102,7 +94,7 @@ func admit(c *conncap.Cap, user, conn string) error {
 func TestCap(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, open func() keycap.Store) {
-		c, rec := newNode(t, open(), conncap.WithDefaultCap(2), conncap.WithAppCap("open", 0))
+		c, rec := newNode(t, open(), 0, conncap.WithDefaultCap(2), conncap.WithAppCap("open", 0))
 		for i := range 2 {
 			if err := admit(c, "alice", fmt.Sprint("s", i)); err != nil {
 				t.Fatal(err)
@@ -133,28 +125,38 @@ func TestCap(t *testing.T) {
 		if err := admit(c, "alice", "s2"); err != nil {
 			t.Fatalf("after a connection left: %v", err)
 		}
-		if rec.count(conncap.Refused) != 1 || rec.count(conncap.Left) != 1 {
-			t.Fatalf("events: %+v", rec.events)
+		if rec.Count(keycap.LimitExceeded, "app") != 1 || rec.Count(keycap.SlotReleased, "app") != 1 {
+			t.Fatalf("events: %+v", rec.Events())
+		}
+		if e := rec.Events()[0]; e.Family != keycap.FamilyConn || e.Limit.Key() != "alice" {
+			t.Fatalf("an admission reported as %+v", e)
 		}
 	})
 }
 
 func TestOptionsNameTheField(t *testing.T) {
 	t.Parallel()
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithHeartbeat(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	for field, opt := range map[string]conncap.Option{
 		"default cap":    conncap.WithDefaultCap(-1),
 		`cap of app "x"`: conncap.WithAppCap("x", -2),
-		"heartbeat":      conncap.WithHeartbeat(0, time.Minute),
-		"ttl":            conncap.WithHeartbeat(time.Minute, time.Minute),
+		"ttl":            conncap.WithTTL(time.Minute),
+		"fail mode":      conncap.WithFailMode(keycap.FailMode(9)),
 	} {
-		_, err := conncap.New(memstore.New(), opt)
+		_, err := conncap.New(l, opt)
 		var ie *keycap.InvalidLimitError
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("%s: got %v", field, err)
 		}
 	}
 	type plain struct{ keycap.Store }
-	if _, err := conncap.New(plain{memstore.New()}); err == nil {
+	pl, _ := keycap.NewLimiter(plain{memstore.New()})
+	defer pl.Close()
+	if _, err := conncap.New(pl); err == nil {
 		t.Error("a store that cannot sync was accepted")
 	}
 }
@@ -166,7 +168,7 @@ func TestExactAcrossNodes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, open func() keycap.Store) {
 		nodes := make([]*conncap.Cap, 3)
 		for i := range nodes {
-			nodes[i], _ = newNode(t, open())
+			nodes[i], _ = newNode(t, open(), 0)
 		}
 		var admitted, refused atomic.Int32
 		var wg sync.WaitGroup
@@ -196,9 +198,16 @@ func TestDeadNodeExpires(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, open func() keycap.Store) {
 		const beat, ttl = 100 * time.Millisecond, 400 * time.Millisecond
-		alive, _ := newNode(t, open(), conncap.WithDefaultCap(2), conncap.WithHeartbeat(beat, ttl))
-		dying, _ := newNode(t, open(), conncap.WithDefaultCap(2), conncap.WithHeartbeat(beat, ttl))
-		other, _ := newNode(t, open(), conncap.WithDefaultCap(2), conncap.WithHeartbeat(beat, ttl))
+		alive, _ := newNode(t, open(), beat, conncap.WithDefaultCap(2), conncap.WithTTL(ttl))
+		dyingLimiter, err := keycap.NewLimiter(open(), keycap.WithHeartbeat(beat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dying, err := conncap.New(dyingLimiter, conncap.WithDefaultCap(2), conncap.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := newNode(t, open(), beat, conncap.WithDefaultCap(2), conncap.WithTTL(ttl))
 		if err := admit(alive, "alice", "a"); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +217,7 @@ func TestDeadNodeExpires(t *testing.T) {
 		if err := admit(other, "alice", "o"); !errors.Is(err, conncap.ErrOverCap) {
 			t.Fatalf("cap reached: %v", err)
 		}
-		dying.Stop() // dies: no heartbeat, no release
+		_ = dyingLimiter.Close() // the node dies: no heartbeat, no release
 		start := time.Now()
 		for admit(other, "alice", "o") != nil {
 			if time.Since(start) > ttl+time.Second {
@@ -251,7 +260,7 @@ func TestGhostIsReclaimedOnTheNextHeartbeat(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, open func() keycap.Store) {
 		store := &lossy{Store: open()}
-		c, rec := newNode(t, store, conncap.WithDefaultCap(1), conncap.WithHeartbeat(time.Hour, 2*time.Hour))
+		c, rec := newNode(t, store, time.Hour, conncap.WithDefaultCap(1), conncap.WithTTL(2*time.Hour))
 		if err := admit(c, "alice", "s1"); err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +273,7 @@ func TestGhostIsReclaimedOnTheNextHeartbeat(t *testing.T) {
 		if err := c.Heartbeat(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if rec.count(conncap.GhostsDropped) != 1 {
+		if rec.Count(keycap.GhostsDropped, "app") != 1 {
 			t.Fatal("no ghost reported dropped")
 		}
 		if err := admit(c, "alice", "s2"); err != nil {
@@ -282,7 +291,7 @@ func TestGhostIsReclaimedOnTheNextHeartbeat(t *testing.T) {
 
 func checkNoKey(t *testing.T, s *redisstore.Store) {
 	t.Helper()
-	key := s.Key(keycap.NewPoolID("conncap:app", "alice"))
+	key := s.Key(keycap.PoolIDOf(keycap.FamilyConn, "app", "alice"))
 	if n, err := s.Client().Exists(context.Background(), key).Result(); err != nil || n != 0 {
 		t.Fatalf("key %s left behind by a user with no connections (%d, %v)", key, n, err)
 	}
@@ -291,15 +300,15 @@ func checkNoKey(t *testing.T, s *redisstore.Store) {
 func TestCloseWithdrawsTheNode(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, open func() keycap.Store) {
-		a, _ := newNode(t, open(), conncap.WithDefaultCap(1))
-		b, _ := newNode(t, open(), conncap.WithDefaultCap(1))
+		a, _ := newNode(t, open(), 0, conncap.WithDefaultCap(1))
+		b, _ := newNode(t, open(), 0, conncap.WithDefaultCap(1))
 		if err := admit(a, "alice", "s"); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := admit(a, "alice", "t"); !errors.Is(err, conncap.ErrClosed) {
+		if err := admit(a, "alice", "t"); !errors.Is(err, keycap.ErrClosed) {
 			t.Fatalf("after Close: %v", err)
 		}
 		if err := admit(b, "alice", "t"); err != nil {
@@ -332,15 +341,15 @@ func (d *down) Sync(ctx context.Context, n keycap.NodeID, ttl time.Duration, b [
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	s := &down{Store: memstore.New()}
-	closed, rec := newNode(t, s, conncap.WithDefaultCap(1))
-	open, _ := newNode(t, s, conncap.WithDefaultCap(1), conncap.WithFailOpen())
+	closed, rec := newNode(t, s, 0, conncap.WithDefaultCap(1))
+	open, _ := newNode(t, s, 0, conncap.WithDefaultCap(1), conncap.WithFailMode(keycap.FailOpen))
 	s.fail.Store(true)
 	for i := range 3 {
 		if err := admit(closed, "alice", fmt.Sprint("c", i)); !errors.Is(err, keycap.ErrStoreUnavailable) || !errors.Is(err, errDown) {
 			t.Fatalf("fail closed: %v", err)
 		}
 	}
-	if rec.count(conncap.StoreFailed) != 1 {
+	if rec.Count(keycap.StoreFailed, "") != 1 {
 		t.Fatal("outage not reported once")
 	}
 	// Failing open: admitted uncounted, then counted by the first heartbeat
@@ -359,7 +368,13 @@ func TestStoreDown(t *testing.T) {
 	if err := admit(closed, "bob", "y"); !errors.Is(err, conncap.ErrOverCap) {
 		t.Fatalf("after the heartbeat the uncounted connection should count: %v", err)
 	}
-	if rec.count(conncap.StoreRecovered) != 1 {
+	// Recovered once the store has answered for the recover-after time.
+	deadline := time.Now().Add(5 * time.Second)
+	for rec.Count(keycap.StoreRecovered, "") == 0 && time.Now().Before(deadline) {
+		_ = admit(closed, "carol", "z")
+		closed.Leave("app", "z")
+	}
+	if rec.Count(keycap.StoreRecovered, "") != 1 {
 		t.Fatal("recovery not reported")
 	}
 }
@@ -367,7 +382,7 @@ func TestStoreDown(t *testing.T) {
 func TestAnyUserIDIsSafe(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, open func() keycap.Store) {
-		c, _ := newNode(t, open(), conncap.WithDefaultCap(1))
+		c, _ := newNode(t, open(), 0, conncap.WithDefaultCap(1))
 		ids := []string{"evil:admin", "evil", "u*", "{app}:x", "\x00", "", "a\r\nDEL *", "1", "01"}
 		for i, id := range ids {
 			if err := admit(c, id, fmt.Sprint("s", i)); err != nil {
@@ -387,8 +402,7 @@ func TestAnyUserIDIsSafe(t *testing.T) {
 func TestLiveness(t *testing.T) {
 	t.Parallel()
 	var dead sync.Map
-	c, rec := newNode(t, memstore.New(), conncap.WithDefaultCap(1),
-		conncap.WithHeartbeat(50*time.Millisecond, time.Minute),
+	c, rec := newNode(t, memstore.New(), 50*time.Millisecond, conncap.WithDefaultCap(1),
 		conncap.WithLiveness(func(app, user, conn string) bool { _, d := dead.Load(conn); return !d }))
 	if err := admit(c, "alice", "s1"); err != nil {
 		t.Fatal(err)
@@ -401,7 +415,7 @@ func TestLiveness(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // heartbeats run on their own
 	}
-	if rec.count(conncap.Left) != 1 {
+	if rec.Count(keycap.SlotReleased, "app") != 1 {
 		t.Fatal("the drop was not reported as a departure")
 	}
 	// s2 is reported closed at once, but it is younger than a heartbeat: kept.
@@ -411,5 +425,34 @@ func TestLiveness(t *testing.T) {
 	}
 	if err := admit(c, "alice", "s3"); !errors.Is(err, conncap.ErrOverCap) {
 		t.Fatalf("a connection younger than a heartbeat was dropped: %v", err)
+	}
+}
+
+// TestOtherFrontDoorsCannotReachConnectionPools: an application or HTTP
+// limit named like conncap's pools once were ("conncap:<app>") counts in a
+// family of its own: it can neither fill a user's connection pool nor be
+// filled by it.
+func TestOtherFrontDoorsCannotReachConnectionPools(t *testing.T) {
+	t.Parallel()
+	l, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	caps, err := conncap.New(l, conncap.WithDefaultCap(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caps.Close()
+	ls, err := l.Acquire(context.Background(), keycap.MustLimit("conncap:chat", "alice", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release()
+	if err := caps.Admit(context.Background(), "chat", "alice", "s1"); err != nil {
+		t.Fatalf("an HTTP limit named conncap:chat filled alice's connection pool: %v", err)
+	}
+	if _, err := l.Acquire(context.Background(), keycap.MustLimit("chat", "alice", 1)); err != nil {
+		t.Fatalf("alice's connection filled an application pool: %v", err)
 	}
 }

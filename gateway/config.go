@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
 	"github.com/keycap/keycap/pushercap"
 )
@@ -77,6 +78,7 @@ type StoreConfig struct {
 	TLS      bool     `yaml:"tls"` // sentinel, cluster
 	Prefix   string   `yaml:"prefix"`
 	FailMode string   `yaml:"fail_mode"` // limits' default: open (default) or closed
+	Budget   Duration `yaml:"budget"`    // a decision's time budget, default 250ms
 }
 
 // ClientIPConfig says how a client's address is found.
@@ -125,8 +127,9 @@ type LimitConfig struct {
 	OnMissing  string    `yaml:"on_missing"`
 	Wait       Duration  `yaml:"wait"`
 	RetryAfter *Duration `yaml:"retry_after"`
-	TTL        Duration  `yaml:"ttl"`
+	TTL        *Duration `yaml:"ttl"` // default 30s; at least 1ms
 	FailMode   string    `yaml:"fail_mode"`
+	Budget     Duration  `yaml:"budget"` // default the store's
 }
 
 // What a limit does with a request that lacks its key (on_missing).
@@ -284,6 +287,7 @@ func (c *Config) defaults(dir string) {
 	if c.Store.Prefix == "" {
 		c.Store.Prefix = "keycap:"
 	}
+	setDuration(&c.Store.Budget, keycap.DefaultBudget)
 	if c.ClientIP.Header == "" {
 		c.ClientIP.Header = "X-Forwarded-For"
 	}
@@ -567,11 +571,8 @@ func (v *validator) store(s *StoreConfig) {
 		v.errf(p("store", "prefix"), "must not contain { or }")
 	}
 	v.failMode(p("store", "fail_mode"), s.FailMode)
+	v.nonNegative(p("store", "budget"), s.Budget)
 }
-
-// reservedPool reports whether a route's pool would share a name with
-// another front door's pools.
-func reservedPool(pool string) bool { return httplimit.ReservedName(pool) }
 
 func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int, mux *http.ServeMux) {
 	rp := func(f ...any) []any { return append(p("routes", i), f...) }
@@ -619,9 +620,6 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 	if pool == "" {
 		pool = r.Name
 	}
-	if reservedPool(pool) {
-		v.errf(rp("pool"), "%q is reserved for job limits", pool)
-	}
 	if prev, ok := pools[pool]; ok && !sameLimits(c.Routes[prev].Limits, r.Limits) {
 		v.errf(rp("limits"), "routes %q and %q share pool %q but not their limits", c.Routes[prev].Name, r.Name, pool)
 	} else if !ok {
@@ -640,13 +638,14 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 			v.errf(lp("max"), "must be at least 0, not %d", *l.Max)
 		}
 		v.nonNegative(lp("wait"), l.Wait)
-		if l.TTL != 0 && time.Duration(l.TTL) < time.Millisecond {
+		if l.TTL != nil && time.Duration(*l.TTL) < time.Millisecond {
 			v.errf(lp("ttl"), "must be at least 1ms")
 		}
 		if l.RetryAfter != nil && *l.RetryAfter < 0 {
 			v.errf(lp("retry_after"), "must be at least 0 (0 sends no Retry-After)")
 		}
 		v.failMode(lp("fail_mode"), l.FailMode)
+		v.nonNegative(lp("budget"), l.Budget)
 		switch l.OnMissing {
 		case "", MissingIP, MissingRefuse:
 		default:
@@ -688,12 +687,14 @@ func sameLimits(a, b []LimitConfig) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || x.TTL != y.TTL || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing {
+		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || !sameDuration(x.TTL, y.TTL) || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing || x.Budget != y.Budget {
 			return false
 		}
 	}
 	return true
 }
+
+func sameDuration(a, b *Duration) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 func (v *validator) pusher(pc *PusherConfig) {
 	if pc.Upstream != "" {

@@ -148,7 +148,7 @@ func (g *Gateway) build(cfg *Config, old *router) (*router, error) {
 
 func capsSettings(cfg *Config) capsConfig {
 	pc := cfg.Pusher
-	cc := capsConfig{heartbeat: conncap.DefaultHeartbeat, ttl: conncap.DefaultTTL, defaultCap: conncap.DefaultCap, appCaps: map[string]int{}}
+	cc := capsConfig{heartbeat: keycap.DefaultHeartbeat, ttl: conncap.DefaultTTL, defaultCap: conncap.DefaultCap, appCaps: map[string]int{}}
 	if pc.Heartbeat > 0 {
 		cc.heartbeat = time.Duration(pc.Heartbeat)
 	}
@@ -182,7 +182,7 @@ func sameCaps(a, b capsConfig) bool {
 func sameStore(a, b StoreConfig) bool {
 	return a.Type == b.Type && a.URL == b.URL && strings.Join(a.Addrs, ",") == strings.Join(b.Addrs, ",") &&
 		a.Master == b.Master && a.Username == b.Username && a.Password == b.Password && a.TLS == b.TLS &&
-		a.Prefix == b.Prefix && a.FailMode == b.FailMode
+		a.Prefix == b.Prefix && a.FailMode == b.FailMode && a.Budget == b.Budget
 }
 
 func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
@@ -206,9 +206,13 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 		ho = newHandover(store, old.backend.store)
 		store = ho
 	}
-	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log)))}
+	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log))),
+		keycap.WithDecisionBudget(time.Duration(cfg.Store.Budget))}
 	if m := failMode(cfg.Store.FailMode); m != keycap.FailDefault {
 		opts = append(opts, keycap.WithDefaultFailMode(m))
+	}
+	if cfg.Pusher != nil {
+		opts = append(opts, keycap.WithHeartbeat(cc.heartbeat))
 	}
 	limiter, err := keycap.NewLimiter(store, opts...)
 	if err != nil {
@@ -216,18 +220,14 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	}
 	be := &backend{cfg: cfg.Store, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
 	if cfg.Pusher != nil {
-		copts := []conncap.Option{
-			conncap.WithDefaultCap(cc.defaultCap),
-			conncap.WithHeartbeat(cc.heartbeat, cc.ttl),
-			conncap.WithObserver(g.metrics.conns),
-		}
+		copts := []conncap.Option{conncap.WithDefaultCap(cc.defaultCap), conncap.WithTTL(cc.ttl)}
 		for app, n := range cc.appCaps {
 			copts = append(copts, conncap.WithAppCap(app, n))
 		}
 		if cc.failOpen {
-			copts = append(copts, conncap.WithFailOpen())
+			copts = append(copts, conncap.WithFailMode(keycap.FailOpen))
 		}
-		if be.caps, err = conncap.New(store, copts...); err != nil {
+		if be.caps, err = conncap.New(limiter, copts...); err != nil {
 			be.close()
 			return nil, err
 		}
@@ -458,8 +458,8 @@ func ruleFor(r RouteConfig) httplimit.LimitFunc {
 	slots := make([]httplimit.Slots, len(r.Limits))
 	for i, l := range r.Limits {
 		s := httplimit.Max(*l.Max).Wait(time.Duration(l.Wait))
-		if l.TTL > 0 {
-			s = s.TTL(time.Duration(l.TTL))
+		if l.TTL != nil {
+			s = s.TTL(time.Duration(*l.TTL))
 		}
 		if l.RetryAfter != nil {
 			s = s.RetryAfter(time.Duration(*l.RetryAfter))
@@ -469,6 +469,9 @@ func ruleFor(r RouteConfig) httplimit.LimitFunc {
 			s = s.FailOpen()
 		case "closed":
 			s = s.FailClosed()
+		}
+		if l.Budget > 0 {
+			s = s.Budget(time.Duration(l.Budget))
 		}
 		slots[i] = s
 	}

@@ -15,7 +15,6 @@ import (
 type metrics struct {
 	reg    *prometheus.Registry
 	keycap *promobserver.Observer
-	conns  *promobserver.ConnMetrics
 }
 
 func newMetrics() *metrics {
@@ -25,11 +24,7 @@ func newMetrics() *metrics {
 	if err != nil {
 		panic(err) // a fresh registry: cannot clash
 	}
-	c, err := promobserver.NewConnMetrics(reg)
-	if err != nil {
-		panic(err)
-	}
-	return &metrics{reg: reg, keycap: k, conns: c}
+	return &metrics{reg: reg, keycap: k}
 }
 
 // refusedConns exports a listener's open connections and those it closed

@@ -261,14 +261,14 @@ func TestNamesAreCheckedAtStartUp(t *testing.T) {
 		e.limiters.Must("nope")
 	}()
 	fn := func(*http.Request) httplimit.Rule { return nil }
-	for _, name := range []string{"job", "job:SendMail", ""} {
-		if err := e.limiters.For(name, fn); err == nil {
-			t.Errorf("For(%q) accepted", name)
-		}
-		if name != "" {
-			if _, err := e.limiters.Inline(1, name); err == nil {
-				t.Errorf("Inline(1, %q) accepted", name)
-			}
+	if err := e.limiters.For("", fn); err == nil {
+		t.Error("For with an empty name accepted")
+	}
+	// Job names are not reserved: HTTP limits count in a family of their
+	// own (keycap.FamilyApp), apart from joblimit's (FamilyJob).
+	for _, name := range []string{"job", "job:SendMail"} {
+		if err := e.limiters.For(name, fn); err != nil {
+			t.Errorf("For(%q): %v", name, err)
 		}
 	}
 	if err := e.limiters.For("x", nil); err == nil {
@@ -288,6 +288,8 @@ func TestInvalidLimitIsALogged500(t *testing.T) {
 		"negative max":   httplimit.Max(-1),
 		"negative wait":  httplimit.Max(1).Wait(-time.Second),
 		"negative ttl":   httplimit.Max(1).TTL(-time.Second),
+		"zero ttl":       httplimit.Max(1).TTL(0), // invalid, as keycap.WithTTL(0) is: not the default
+		"zero budget":    httplimit.Max(1).Budget(0),
 		"negative retry": httplimit.Max(1).RetryAfter(-time.Second),
 		"same key twice": httplimit.All(httplimit.Max(1).By("a"), httplimit.Max(2).By("a")),
 	}

@@ -107,18 +107,9 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Limiters, error) {
 	return ls, nil
 }
 
-// ReservedName reports whether name belongs to the job limits (joblimit):
-// "job" and every name that starts with "job:".
-func ReservedName(name string) bool {
-	return name == "job" || strings.HasPrefix(name, "job:")
-}
-
 func checkName(name string) error {
-	switch {
-	case name == "":
+	if name == "" {
 		return errors.New("httplimit: limiter name is empty")
-	case ReservedName(name):
-		return fmt.Errorf("httplimit: limiter name %q is reserved for job limits (job, job:*)", name)
 	}
 	return nil
 }
@@ -272,11 +263,15 @@ func newLimit(name, key string, s Slots) (keycap.Limit, error) {
 	if s.retrySet && s.retryAfter < 0 {
 		return keycap.Limit{}, &keycap.InvalidLimitError{Field: "retry after", Value: s.retryAfter.String(), Reason: "must be at least 0"}
 	}
-	ttl := s.ttl
-	if ttl == 0 {
-		ttl = keycap.DefaultTTL
+	ttl := keycap.DefaultTTL
+	if s.ttlSet {
+		ttl = s.ttl
 	}
-	return keycap.NewLimit(name, key, s.max, keycap.WithTTL(ttl), keycap.WithWait(s.wait), keycap.WithFailMode(s.fail))
+	opts := []keycap.LimitOption{keycap.WithTTL(ttl), keycap.WithWait(s.wait), keycap.WithFailMode(s.fail)}
+	if s.budgetSet {
+		opts = append(opts, keycap.WithBudget(s.budget))
+	}
+	return keycap.NewLimit(name, key, s.max, opts...)
 }
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, slots []Slots, limits []keycap.Limit, err error) {

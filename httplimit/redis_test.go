@@ -34,7 +34,10 @@ func newInstance(t *testing.T, client redis.UniversalClient, prefix string, regi
 		t.Fatal(err)
 	}
 	rec := &keycaptest.Recorder{}
-	l, err := keycap.NewLimiter(store, keycap.WithObserver(rec))
+	// A generous decision budget: the outages here are a killed Redis, which
+	// fails fast; a machine loaded by parallel tests must not trip the
+	// budget while Redis is up.
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(rec), keycap.WithDecisionBudget(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

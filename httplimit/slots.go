@@ -24,9 +24,12 @@ type Slots struct {
 	keySet     bool
 	wait       time.Duration
 	ttl        time.Duration
+	ttlSet     bool
 	retryAfter time.Duration
 	retrySet   bool
 	fail       keycap.FailMode
+	budget     time.Duration
+	budgetSet  bool
 	respond    ResponseFunc
 }
 
@@ -52,9 +55,10 @@ func (s Slots) By(key string) Slots { s.key, s.keySet = key, true; return s }
 func (s Slots) Wait(d time.Duration) Slots { s.wait = d; return s }
 
 // TTL sets how long a slot lives if its process dies without releasing it
-// (default keycap.DefaultTTL). A request that runs longer keeps its slot: it
-// is renewed while the handler runs.
-func (s Slots) TTL(d time.Duration) Slots { s.ttl = d; return s }
+// (default keycap.DefaultTTL; at least keycap.MinTTL, as for keycap.WithTTL:
+// 0 is invalid, not the default). A request that runs longer keeps its slot:
+// it is renewed while the handler runs.
+func (s Slots) TTL(d time.Duration) Slots { s.ttl, s.ttlSet = d, true; return s }
 
 // RetryAfter sets the Retry-After header of a refusal, rounded up to whole
 // seconds (default DefaultRetryAfter). 0 sends no header.
@@ -68,6 +72,11 @@ func (s Slots) FailOpen() Slots { s.fail = keycap.FailOpen; return s }
 
 // FailClosed answers 503 Service Unavailable when the store fails.
 func (s Slots) FailClosed() Slots { s.fail = keycap.FailClosed; return s }
+
+// Budget sets the limit's decision budget: how long the store may take to
+// decide before it counts as failed and the fail mode applies (default: the
+// Limiter's, keycap.WithDecisionBudget). Positive.
+func (s Slots) Budget(d time.Duration) Slots { s.budget, s.budgetSet = d, true; return s }
 
 func (s Slots) retry() time.Duration {
 	if s.retrySet {

@@ -3,6 +3,7 @@ package joblimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
@@ -33,7 +35,7 @@ func newLimiter(t *testing.T, store keycap.Store) (*joblimit.Limiter, *keycaptes
 
 // hold runs a job of rule that keeps its slot until the returned function is
 // called.
-func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job joblimit.Job) (release func()) {
+func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job jobtype.Job) (release func()) {
 	t.Helper()
 	running, done := make(chan struct{}), make(chan struct{})
 	errc := make(chan error, 1)
@@ -57,9 +59,9 @@ func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job joblimit.J
 	}
 }
 
-var job = joblimit.Job{Kind: "SyncCalendar", ID: "1"}
+var job = jobtype.Job{Kind: "SyncCalendar", ID: "1"}
 
-func run(jl *joblimit.Limiter, rule joblimit.Rule, j joblimit.Job) (ran bool, err error) {
+func run(jl *joblimit.Limiter, rule joblimit.Rule, j jobtype.Job) (ran bool, err error) {
 	err = jl.Run(context.Background(), rule, j, func(context.Context) error { ran = true; return nil })
 	return ran, err
 }
@@ -71,20 +73,21 @@ func TestNewRuleNamesTheInvalidField(t *testing.T) {
 		"release at":    {joblimit.WithReleaseAt(time.Now().Add(-time.Minute))},
 		"jitter":        {joblimit.WithJitter(-1)},
 		"ttl":           {joblimit.WithTTL(time.Microsecond)},
+		"ttl ":          {joblimit.WithTTL(0)}, // zero is invalid, as keycap.WithTTL(0) is, not the default
+		"budget":        {joblimit.WithBudget(0)},
 		"fail mode":     {joblimit.WithFailMode(9)},
 		"deadline":      {joblimit.WithDeadline(-time.Minute)},
 	} {
 		_, err := joblimit.NewRule("k", 1, opts...)
 		var ie *keycap.InvalidLimitError
-		if !errors.As(err, &ie) || ie.Field != field {
+		if !errors.As(err, &ie) || ie.Field != strings.TrimSpace(field) {
 			t.Errorf("%s: got %v", field, err)
 		}
 	}
 	if _, err := joblimit.NewRule("k", -1); err == nil {
 		t.Error("negative limit accepted")
 	}
-	type provider string // an enum-like key type
-	if r := joblimit.MustRule(provider("outlook"), 4, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Limit() != 4 {
+	if r := joblimit.MustRule("outlook", 4, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Limit() != 4 {
 		t.Errorf("rule %v key %q", r, r.Key())
 	}
 }
@@ -96,18 +99,18 @@ func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
 	release := hold(t, jl, rule, job)
 
 	ran, err := run(jl, rule, job)
-	var rel *joblimit.ReleaseError
-	if ran || !errors.As(err, &rel) || !errors.Is(err, joblimit.ErrReleased) || !errors.Is(err, keycap.ErrLimitExceeded) {
+	var rel *jobtype.ReleaseError
+	if ran || !errors.As(err, &rel) || !errors.Is(err, jobtype.ErrReleased) || !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("second job: ran %v, err %v; want a ReleaseError", ran, err)
 	}
 	if rel.Delay < 10*time.Second || rel.Delay > 15*time.Second {
 		t.Fatalf("delay %s, want 10 s plus up to 5 s of jitter", rel.Delay)
 	}
-	if rel.Pool != "job:SyncCalendar" || rel.Key != "calendar:1" {
-		t.Fatalf("pool %q key %q", rel.Pool, rel.Key)
+	if rel.By != "job:SyncCalendar" || rel.Key != "calendar:1" {
+		t.Fatalf("pool %q key %q", rel.By, rel.Key)
 	}
 	// Another kind has its own pool; so has another key.
-	if ran, err := run(jl, rule, joblimit.Job{Kind: "Other", ID: "2"}); !ran || err != nil {
+	if ran, err := run(jl, rule, jobtype.Job{Kind: "Other", ID: "2"}); !ran || err != nil {
 		t.Fatalf("other kind: %v %v", ran, err)
 	}
 	if ran, err := run(jl, joblimit.MustRule("calendar:2", 1), job); !ran || err != nil {
@@ -129,11 +132,11 @@ func TestSharedPool(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
 	shared := joblimit.MustRule("stripe", 1, joblimit.WithSharedPool())
-	release := hold(t, jl, shared, joblimit.Job{Kind: "Charge", ID: "1"})
+	release := hold(t, jl, shared, jobtype.Job{Kind: "Charge", ID: "1"})
 	defer release()
-	_, err := run(jl, shared, joblimit.Job{Kind: "Refund", ID: "2"})
-	var rel *joblimit.ReleaseError
-	if !errors.As(err, &rel) || rel.Pool != "job" {
+	_, err := run(jl, shared, jobtype.Job{Kind: "Refund", ID: "2"})
+	var rel *jobtype.ReleaseError
+	if !errors.As(err, &rel) || rel.By != "job" {
 		t.Fatalf("another kind on a shared pool: %v", err)
 	}
 	// A prefix makes another pool.
@@ -158,7 +161,7 @@ func TestDelays(t *testing.T) {
 	} {
 		for range 20 {
 			_, err := run(jl, tc.rule, job)
-			var rel *joblimit.ReleaseError
+			var rel *jobtype.ReleaseError
 			if !errors.As(err, &rel) || rel.Delay < tc.min || rel.Delay > tc.max {
 				t.Fatalf("%s: %v, want a delay in [%s, %s]", name, err, tc.min, tc.max)
 			}
@@ -170,8 +173,8 @@ func TestSkip(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, memstore.New())
 	_, err := run(jl, joblimit.MustRule("k", 0, joblimit.WithSkip()), job)
-	var skip *joblimit.SkipError
-	if !errors.As(err, &skip) || !errors.Is(err, joblimit.ErrSkipped) {
+	var skip *jobtype.SkipError
+	if !errors.As(err, &skip) || !errors.Is(err, jobtype.ErrSkipped) {
 		t.Fatalf("got %v, want a SkipError", err)
 	}
 	if rec.Count(keycap.LimitExceeded, "") != 1 {
@@ -183,13 +186,13 @@ func TestDeadline(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
 	rule := joblimit.MustRule("k", 0, joblimit.WithDeadline(200*time.Millisecond))
-	j := joblimit.Job{Kind: "K", ID: "job-7"}
+	j := jobtype.Job{Kind: "K", ID: "job-7"}
 	start := time.Now()
 	for {
 		_, err := run(jl, rule, j)
-		var de *joblimit.DeadlineError
+		var de *jobtype.DeadlineError
 		if errors.As(err, &de) {
-			if !errors.Is(err, joblimit.ErrDeadline) || !errors.Is(err, keycap.ErrLimitExceeded) || de.Waited < 200*time.Millisecond {
+			if !errors.Is(err, jobtype.ErrDeadline) || !errors.Is(err, keycap.ErrLimitExceeded) || de.Waited < 200*time.Millisecond {
 				t.Fatalf("deadline error %v (waited %s)", err, de.Waited)
 			}
 			if time.Since(start) < 200*time.Millisecond {
@@ -197,7 +200,7 @@ func TestDeadline(t *testing.T) {
 			}
 			break
 		}
-		if !errors.Is(err, joblimit.ErrReleased) {
+		if !errors.Is(err, jobtype.ErrReleased) {
 			t.Fatalf("before the deadline: %v", err)
 		}
 		if time.Since(start) > 10*time.Second {
@@ -206,10 +209,10 @@ func TestDeadline(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the queue's release delay
 	}
 	// Another job has its own clock.
-	if _, err := run(jl, rule, joblimit.Job{Kind: "K", ID: "job-8"}); !errors.Is(err, joblimit.ErrReleased) {
+	if _, err := run(jl, rule, jobtype.Job{Kind: "K", ID: "job-8"}); !errors.Is(err, jobtype.ErrReleased) {
 		t.Fatalf("another job: %v", err)
 	}
-	if _, err := run(jl, rule, joblimit.Job{Kind: "K"}); err == nil || errors.Is(err, joblimit.ErrReleased) {
+	if _, err := run(jl, rule, jobtype.Job{Kind: "K"}); err == nil || errors.Is(err, jobtype.ErrReleased) {
 		t.Fatalf("a job without an ID cannot have a deadline: %v", err)
 	}
 }
@@ -227,7 +230,7 @@ func TestStoreFailure(t *testing.T) {
 		t.Fatalf("fail-open: %v %v", ran, err)
 	}
 	ran, err := run(jl, joblimit.MustRule("k", 1, joblimit.WithFailMode(keycap.FailClosed)), job)
-	if ran || !errors.Is(err, joblimit.ErrReleased) || !errors.Is(err, keycap.ErrStoreUnavailable) {
+	if ran || !errors.Is(err, jobtype.ErrReleased) || !errors.Is(err, keycap.ErrStoreUnavailable) {
 		t.Fatalf("fail-closed: %v %v", ran, err)
 	}
 	if rec.Count(keycap.StoreFailed, "") != 1 {
@@ -268,7 +271,7 @@ func TestSlotTTL(t *testing.T) {
 		{joblimit.MustRule("c", 1, joblimit.WithTTL(time.Second)), 5 * time.Minute, time.Second},
 	} {
 		rec.Reset()
-		_, _ = run(jl, tc.rule, joblimit.Job{Kind: "K", ID: "1", Timeout: tc.timeout})
+		_, _ = run(jl, tc.rule, jobtype.Job{Kind: "K", ID: "1", Timeout: tc.timeout})
 		ev := rec.Events()
 		if len(ev) == 0 || ev[0].Limit.TTL() != tc.want {
 			t.Errorf("rule %q, timeout %s: TTL %v, want %s", tc.rule.Key(), tc.timeout, ev, tc.want)

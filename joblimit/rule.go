@@ -32,6 +32,7 @@ type Rule struct {
 	jitterSet    bool
 	skip         bool
 	ttl          time.Duration
+	ttlSet       bool
 	shared       bool
 	prefix       string
 	fail         keycap.FailMode
@@ -66,9 +67,10 @@ func WithSkip() Option { return func(r *Rule) { r.skip = true } }
 
 // WithTTL sets the slot TTL: how soon the slot of a job whose worker died
 // frees itself. Default: the job's timeout plus TTLMargin, or DefaultTTL when
-// the timeout is unknown. A running job's slot is renewed, so a job that runs
-// longer never loses its slot.
-func WithTTL(d time.Duration) Option { return func(r *Rule) { r.ttl = d } }
+// the timeout is unknown. At least keycap.MinTTL (0 is invalid, as for
+// keycap.WithTTL). A running job's slot is renewed, so a job that runs longer
+// never loses its slot.
+func WithTTL(d time.Duration) Option { return func(r *Rule) { r.ttl, r.ttlSet = d, true } }
 
 // WithSharedPool counts every job kind that uses the same key (and prefix) in
 // one pool, named "job". By default each kind has its own pools, named
@@ -96,11 +98,10 @@ func WithBudget(d time.Duration) Option { return func(r *Rule) { r.budget = d } 
 // default) waits without bound.
 func WithDeadline(d time.Duration) Option { return func(r *Rule) { r.deadline = d } }
 
-// NewRule returns a rule letting at most limit jobs run at once per key. key
-// may be any string, or a string-based enum type. An invalid setting returns
-// a *keycap.InvalidLimitError naming it.
-func NewRule[K ~string](key K, limit int, opts ...Option) (Rule, error) {
-	r := Rule{key: string(key), limit: limit, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
+// NewRule returns a rule letting at most limit jobs run at once per key. An
+// invalid setting returns a *keycap.InvalidLimitError naming it.
+func NewRule(key string, limit int, opts ...Option) (Rule, error) {
+	r := Rule{key: key, limit: limit, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
 	for _, o := range opts {
 		o(&r)
 	}
@@ -116,7 +117,7 @@ func NewRule[K ~string](key K, limit int, opts ...Option) (Rule, error) {
 		return Rule{}, invalid("release at", r.releaseAt.Format(time.RFC3339), "must be in the future")
 	case r.jitter < 0:
 		return Rule{}, invalid("jitter", r.jitter.String(), "must be at least 0")
-	case r.ttl != 0 && r.ttl < keycap.MinTTL:
+	case r.ttlSet && r.ttl < keycap.MinTTL:
 		return Rule{}, invalid("ttl", r.ttl.String(), "must be at least "+keycap.MinTTL.String())
 	case r.fail > keycap.FailClosed:
 		return Rule{}, invalid("fail mode", r.fail.String(), "must be FailDefault, FailOpen or FailClosed")
@@ -129,7 +130,7 @@ func NewRule[K ~string](key K, limit int, opts ...Option) (Rule, error) {
 }
 
 // MustRule is like NewRule but panics on an invalid setting.
-func MustRule[K ~string](key K, limit int, opts ...Option) Rule {
+func MustRule(key string, limit int, opts ...Option) Rule {
 	r, err := NewRule(key, limit, opts...)
 	if err != nil {
 		panic(err)
@@ -158,7 +159,7 @@ func (r Rule) Deadline() time.Duration { return r.deadline }
 // slotTTL returns the TTL of a slot for a job that may run for timeout.
 func (r Rule) slotTTL(timeout time.Duration) time.Duration {
 	switch {
-	case r.ttl > 0:
+	case r.ttlSet:
 		return r.ttl
 	case timeout > 0:
 		return timeout + TTLMargin

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pause"
@@ -39,10 +40,10 @@ func BenchmarkUnpausedRequest(b *testing.B) {
 			get(b, c)
 		}
 	}
-	mem, _ := pause.New(memstore.New())
+	mem, _ := pause.New(benchLimiter(b, memstore.New()))
 	rdb := testenv.Redis(b)
 	store, _ := redisstore.New(rdb, redisstore.WithPrefix(testenv.Prefix(b, rdb)))
-	red, _ := pause.New(store)
+	red, _ := pause.New(benchLimiter(b, store))
 	b.Run("bare", func(b *testing.B) { run(b, bare) })
 	b.Run("memstore", func(b *testing.B) { run(b, mem.Transport(bare)) })
 	b.Run("redis", func(b *testing.B) {
@@ -76,7 +77,7 @@ func (canned) RoundTrip(r *http.Request) (*http.Response, error) {
 // BenchmarkOverhead measures what pause.Transport (memstore) adds to a
 // request in-process, beside the same canned round trip without it.
 func BenchmarkOverhead(b *testing.B) {
-	ps, _ := pause.New(memstore.New())
+	ps, _ := pause.New(benchLimiter(b, memstore.New()))
 	req, _ := http.NewRequest(http.MethodGet, "http://vendor.example/x", nil)
 	for _, tc := range []struct {
 		name string
@@ -93,4 +94,13 @@ func BenchmarkOverhead(b *testing.B) {
 			}
 		})
 	}
+}
+
+func benchLimiter(b *testing.B, s keycap.Store) *keycap.Limiter {
+	l, err := keycap.NewLimiter(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
 }

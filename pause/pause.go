@@ -14,6 +14,11 @@
 //   - pacing (WithRate): a shared GCRA rate per API, so that workers stay
 //     under a published rate before any 429.
 //
+// Pauses are built on a keycap.Limiter: its store keeps them (pauses and
+// paces are of the family keycap.FamilyPause), its decision budget bounds
+// every store call, its outages are reported once, and its observer receives
+// the events (Throttled, Exhausted, Paused, CallHeld, CallRetried).
+//
 // Hints are read by package retryafter: every header form vendors send.
 package pause
 
@@ -23,114 +28,123 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/retryafter"
 )
 
 // Pauses keeps the pauses and paces of APIs in a keycap store.
 type Pauses struct {
+	l        *keycap.Limiter
 	store    keycap.Pauser
 	pacer    keycap.Pacer // nil if the store does not pace
-	marks    keycap.Marker
 	parser   retryafter.Parser
 	rates    func(api string) (keycap.Rate, bool)
-	observer Observer
 	jitter   time.Duration
 	deadline time.Duration
-	outage   atomic.Bool
 }
 
 // An Option configures Pauses.
-type Option func(*Pauses) error
+type Option func(*config)
+
+type config struct {
+	parser    retryafter.Parser
+	rates     func(api string) (keycap.Rate, bool)
+	jitter    time.Duration
+	jitterSet bool
+	deadline  time.Duration
+}
 
 // WithParser sets how responses are read: the wait of a throttled response
 // without a hint (default 60 s) and the cap on any wait (default 24 h).
-func WithParser(p retryafter.Parser) Option {
-	return func(ps *Pauses) error { ps.parser = p; return nil }
-}
-
-// WithObserver sends events (throttled responses, pauses, refusals, in-place
-// retries, store failures) to o. promobserver.NewPauseMetrics exports them.
-func WithObserver(o Observer) Option { return func(ps *Pauses) error { ps.observer = o; return nil } }
+func WithParser(p retryafter.Parser) Option { return func(c *config) { c.parser = p } }
 
 // WithRate paces calls to APIs: rates(api) returns the API's published rate,
-// or false for none. Every worker of every server shares the pace.
+// or false for none. Every worker of every server shares the pace. The store
+// must pace (keycap.Pacer).
 func WithRate(rates func(api string) (keycap.Rate, bool)) Option {
-	return func(ps *Pauses) error {
-		if ps.pacer == nil {
-			return errors.New("pause: WithRate: the store does not pace (keycap.Pacer)")
-		}
-		ps.rates = rates
-		return nil
-	}
+	return func(c *config) { c.rates = rates }
 }
 
 // WithJitter sets the random extra delay added to a released job's wait, so
 // that jobs paused together do not come back together. Default: 1 s plus a
 // tenth of the wait, drawn at random up to that.
-func WithJitter(d time.Duration) Option {
-	return func(ps *Pauses) error {
-		if d < 0 {
-			return &keycap.InvalidLimitError{Field: "jitter", Value: d.String(), Reason: "must be at least 0"}
-		}
-		ps.jitter = d
-		return nil
-	}
-}
+func WithJitter(d time.Duration) Option { return func(c *config) { c.jitter, c.jitterSet = d, true } }
 
 // WithJobDeadline bounds how long a job may keep being released for
 // throttling, from the first time it was: past it, the job fails with a
-// *joblimit.DeadlineError through the queue's normal failure path. The
+// *jobtype.DeadlineError through the queue's normal failure path. The
 // releases never spend attempts, so the deadline, not a count, bounds them.
-// Default: no bound.
-func WithJobDeadline(d time.Duration) Option {
-	return func(ps *Pauses) error {
-		if d < 0 {
-			return &keycap.InvalidLimitError{Field: "job deadline", Value: d.String(), Reason: "must be at least 0"}
-		}
-		if d > 0 && ps.marks == nil {
-			return errors.New("pause: WithJobDeadline: the store keeps no marks (keycap.Marker)")
-		}
-		ps.deadline = d
-		return nil
-	}
-}
+// The store must keep marks (keycap.Marker). Default: no bound.
+func WithJobDeadline(d time.Duration) Option { return func(c *config) { c.deadline = d } }
 
-// New returns the pauses kept in store, which must implement keycap.Pauser
-// (memstore and redisstore do).
-func New(store keycap.Store, opts ...Option) (*Pauses, error) {
-	ps := &Pauses{jitter: -1}
+// New returns the pauses kept in limiter's store, which must implement
+// keycap.Pauser (memstore, redisstore and pgstore do).
+func New(limiter *keycap.Limiter, opts ...Option) (*Pauses, error) {
+	if limiter == nil {
+		return nil, errors.New("pause: New: limiter is nil")
+	}
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	ps := &Pauses{l: limiter, parser: c.parser, rates: c.rates, jitter: -1, deadline: c.deadline}
+	if c.jitterSet {
+		ps.jitter = c.jitter
+	}
+	store := limiter.Store()
 	var ok bool
 	if ps.store, ok = store.(keycap.Pauser); !ok {
 		return nil, fmt.Errorf("pause: the store %T keeps no pauses (keycap.Pauser)", store)
 	}
 	ps.pacer, _ = store.(keycap.Pacer)
-	ps.marks, _ = store.(keycap.Marker)
-	for _, o := range opts {
-		if err := o(ps); err != nil {
-			return nil, err
-		}
+	_, marks := store.(keycap.Marker)
+	switch {
+	case c.rates != nil && ps.pacer == nil:
+		return nil, fmt.Errorf("pause: WithRate: the store %T does not pace (keycap.Pacer)", store)
+	case c.jitterSet && c.jitter < 0:
+		return nil, &keycap.InvalidLimitError{Field: "jitter", Value: c.jitter.String(), Reason: "must be at least 0"}
+	case c.deadline < 0:
+		return nil, &keycap.InvalidLimitError{Field: "job deadline", Value: c.deadline.String(), Reason: "must be at least 0"}
+	case c.deadline > 0 && !marks:
+		return nil, fmt.Errorf("pause: WithJobDeadline: the store %T keeps no marks (keycap.Marker)", store)
 	}
 	return ps, nil
 }
 
-func id(api string) keycap.PoolID { return keycap.NewPoolID("keycap:pause", api) }
+// ErrNoAPIName is the error of a call whose API name is empty: it would
+// share one pause with every other nameless call.
+var ErrNoAPIName = errors.New("pause: the API name is empty")
+
+// limit returns the limit that names api's pause (what "pause") or pace
+// ("pace") to the store.
+func limit(what, api string) (keycap.Limit, error) {
+	if api == "" {
+		return keycap.Limit{}, ErrNoAPIName
+	}
+	return keycap.NewLimit(what, api, 1, keycap.WithFamily(keycap.FamilyPause))
+}
 
 // Pause pauses api for at least d: a longer pause already running is kept.
 // It returns when the pause now ends.
 func (ps *Pauses) Pause(ctx context.Context, api string, d time.Duration) (time.Time, error) {
-	left, err := ps.store.Pause(ctx, id(api), d)
+	lim, err := limit("pause", api)
 	if err != nil {
-		ps.failed(api, err)
 		return time.Time{}, err
 	}
-	ps.answered()
+	var left time.Duration
+	err = ps.l.Call(ctx, lim, func(ctx context.Context) error {
+		var err error
+		left, err = ps.store.Pause(ctx, lim.Pool(), d)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
 	if left > 0 {
-		ps.emit(Event{Kind: Paused, API: api, Wait: left})
+		ps.emit(keycap.Event{Kind: keycap.Paused, API: api, Wait: left})
 	}
 	return time.Now().Add(left), nil
 }
@@ -138,15 +152,17 @@ func (ps *Pauses) Pause(ctx context.Context, api string, d time.Duration) (time.
 // Paused returns how long api remains paused (0: it is not). A store failure
 // is reported once per outage and returned.
 func (ps *Pauses) Paused(ctx context.Context, api string) (time.Duration, error) {
-	left, err := ps.store.Paused(ctx, id(api))
+	lim, err := limit("pause", api)
 	if err != nil {
-		if ctx.Err() == nil {
-			ps.failed(api, err)
-		}
 		return 0, err
 	}
-	ps.answered()
-	return left, nil
+	var left time.Duration
+	err = ps.l.Call(ctx, lim, func(ctx context.Context) error {
+		var err error
+		left, err = ps.store.Paused(ctx, lim.Pool())
+		return err
+	})
+	return left, err
 }
 
 // pace takes one call from api's rate: 0 when it may go now, else how long
@@ -159,38 +175,27 @@ func (ps *Pauses) pace(ctx context.Context, api string) (time.Duration, error) {
 	if !ok {
 		return 0, nil
 	}
-	wait, err := ps.pacer.Pace(ctx, keycap.NewPoolID("keycap:pace", api), rate)
+	lim, err := limit("pace", api)
 	if err != nil {
-		if ctx.Err() == nil {
-			ps.failed(api, err)
-		}
 		return 0, err
 	}
-	ps.answered()
-	return wait, nil
+	var wait time.Duration
+	err = ps.l.Call(ctx, lim, func(ctx context.Context) error {
+		var err error
+		wait, err = ps.pacer.Pace(ctx, lim.Pool(), rate)
+		return err
+	})
+	return wait, err
+}
+
+func (ps *Pauses) emit(e keycap.Event) {
+	e.Family = keycap.FamilyPause
+	ps.l.Emit(e)
 }
 
 // Hint reads a response with the Pauses' parser; body is its start, or nil.
 func (ps *Pauses) Hint(resp *http.Response, body []byte) retryafter.Hint {
 	return ps.parser.Parse(resp.StatusCode, resp.Header, body)
-}
-
-func (ps *Pauses) emit(e Event) {
-	if ps.observer != nil {
-		ps.observer.ObservePause(e)
-	}
-}
-
-func (ps *Pauses) failed(api string, err error) {
-	if ps.outage.CompareAndSwap(false, true) {
-		ps.emit(Event{Kind: StoreFailed, API: api, Err: err})
-	}
-}
-
-func (ps *Pauses) answered() {
-	if ps.outage.Load() && ps.outage.CompareAndSwap(true, false) {
-		ps.emit(Event{Kind: StoreRecovered})
-	}
 }
 
 // ErrPaused matches a *PausedError.
@@ -251,19 +256,22 @@ func (ps *Pauses) Check(resp *http.Response) error {
 // RunJob runs a job that calls api, and keeps it from calling a paused API:
 //
 //   - while api is paused, work does not run, and RunJob returns a
-//     *joblimit.ReleaseError with the time left plus jitter;
+//     *jobtype.ReleaseError with the time left plus jitter;
 //   - when work returns a *PausedError or a *ThrottledError (anywhere in its
 //     chain), the pause is recorded and the job released the same way;
-//   - past WithJobDeadline, it returns a *joblimit.DeadlineError instead;
+//   - past WithJobDeadline, it returns a *jobtype.DeadlineError instead;
 //   - any other error from work is returned untouched, for the queue's own
 //     retry rules.
 //
 // riverlimit and asynqlimit turn the release into a snooze or a non-failure
 // retry, which spends no attempt. A store failure while checking lets the
 // job run (fail open).
-func (ps *Pauses) RunJob(ctx context.Context, api string, job joblimit.Job, work func(context.Context) error) error {
+func (ps *Pauses) RunJob(ctx context.Context, api string, job jobtype.Job, work func(context.Context) error) error {
+	if api == "" {
+		return ErrNoAPIName
+	}
 	if left, err := ps.Paused(ctx, api); err == nil && left > 0 {
-		ps.emit(Event{Kind: Refused, API: api, Wait: left})
+		ps.emit(keycap.Event{Kind: keycap.CallHeld, API: api, Wait: left})
 		return ps.release(ctx, api, job, left, &PausedError{API: api, Until: time.Now().Add(left)})
 	} else if err != nil && ctx.Err() != nil {
 		return ctx.Err()
@@ -275,7 +283,7 @@ func (ps *Pauses) RunJob(ctx context.Context, api string, job joblimit.Job, work
 	case errors.As(err, &pe):
 		return ps.release(ctx, api, job, max(time.Until(pe.Until), 0), err)
 	case errors.As(err, &te):
-		ps.emit(Event{Kind: Throttled, API: api, Status: te.StatusCode, Wait: te.Hint.Wait, Source: te.Hint.Source})
+		ps.emit(keycap.Event{Kind: keycap.Throttled, API: api, Status: te.StatusCode, Wait: te.Hint.Wait, Source: te.Hint.Source})
 		wait := te.Hint.Wait
 		if until, perr := ps.Pause(ctx, api, te.Hint.Wait); perr == nil {
 			wait = max(time.Until(until), 0)
@@ -287,30 +295,49 @@ func (ps *Pauses) RunJob(ctx context.Context, api string, job joblimit.Job, work
 
 // PaceJob runs a job that calls api at the API's rate (WithRate): it takes
 // one from the rate, and when none is left it does not run work and returns a
-// *joblimit.ReleaseError for the time until one is (plus jitter), so the job
+// *jobtype.ReleaseError for the time until one is (plus jitter), so the job
 // comes back then without spending an attempt. An API without a rate runs at
 // once. Note that the rate counts jobs, and Transport's pacing counts
 // requests: pace a job that makes several calls with one of the two, not both.
-func (ps *Pauses) PaceJob(ctx context.Context, api string, job joblimit.Job, work func(context.Context) error) error {
+func (ps *Pauses) PaceJob(ctx context.Context, api string, job jobtype.Job, work func(context.Context) error) error {
+	if api == "" {
+		return ErrNoAPIName
+	}
 	wait, err := ps.pace(ctx, api)
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if wait > 0 {
-		ps.emit(Event{Kind: Refused, API: api, Wait: wait, Paced: true})
+		ps.emit(keycap.Event{Kind: keycap.CallHeld, API: api, Wait: wait, Paced: true})
 		return ps.release(ctx, api, job, wait, &PausedError{API: api, Until: time.Now().Add(wait), Paced: true})
 	}
 	return work(ctx)
 }
 
-func (ps *Pauses) release(ctx context.Context, api string, job joblimit.Job, wait time.Duration, cause error) error {
-	pool := "pause:" + api
+func (ps *Pauses) release(ctx context.Context, api string, job jobtype.Job, wait time.Duration, cause error) error {
+	by := "pause:" + api
 	if ps.deadline > 0 {
-		if err := joblimit.CheckDeadline(ctx, ps.marks, pool, "", job, ps.deadline, cause); err != nil {
+		if err := jobtype.CheckDeadline(ctx, ps.l, by, "", job, ps.deadline, cause); err != nil {
 			return err
 		}
 	}
-	return &joblimit.ReleaseError{Pool: pool, Delay: wait + ps.jitterFor(wait), Err: cause}
+	return &jobtype.ReleaseError{By: by, Delay: wait + ps.jitterFor(wait), Err: cause}
+}
+
+// Respecting returns a Runner that runs jobs calling api with RunJob, for
+// queue adapters (riverlimit.RespectPauses, asynqlimit.RespectPauses).
+func (ps *Pauses) Respecting(api string) jobtype.Runner {
+	return jobtype.RunnerFunc(func(ctx context.Context, job jobtype.Job, work func(context.Context) error) error {
+		return ps.RunJob(ctx, api, job, work)
+	})
+}
+
+// Pacing returns a Runner that runs jobs calling api with PaceJob, for queue
+// adapters (riverlimit.PaceJobs, asynqlimit.PaceJobs).
+func (ps *Pauses) Pacing(api string) jobtype.Runner {
+	return jobtype.RunnerFunc(func(ctx context.Context, job jobtype.Job, work func(context.Context) error) error {
+		return ps.PaceJob(ctx, api, job, work)
+	})
 }
 
 // jitterFor returns a random extra delay for a release of wait.

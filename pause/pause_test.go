@@ -16,7 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
+	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pause"
 )
@@ -66,37 +67,29 @@ func status(code int, body string, headers ...string) func(w http.ResponseWriter
 
 var ok = status(http.StatusOK, "ok")
 
-type recorder struct {
-	mu     sync.Mutex
-	events []pause.Event
-}
-
-func (r *recorder) ObservePause(e pause.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(k pause.EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
-func newPauses(t *testing.T, store keycap.Store, opts ...pause.Option) (*pause.Pauses, *recorder) {
+func newPauses(t *testing.T, store keycap.Store, opts ...pause.Option) (*pause.Pauses, *keycaptest.Recorder) {
 	t.Helper()
-	rec := &recorder{}
-	ps, err := pause.New(store, append([]pause.Option{pause.WithObserver(rec)}, opts...)...)
+	rec := &keycaptest.Recorder{}
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ps, err := pause.New(l, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ps, rec
+}
+
+func limiter(t *testing.T, store keycap.Store) *keycap.Limiter {
+	t.Helper()
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func client(ps *pause.Pauses, opts ...pause.TransportOption) *http.Client {
@@ -117,10 +110,10 @@ func get(t *testing.T, c *http.Client, url string) (*http.Response, string, erro
 func TestNewNeedsAStoreThatPauses(t *testing.T) {
 	t.Parallel()
 	type plain struct{ keycap.Store }
-	if _, err := pause.New(plain{memstore.New()}); err == nil {
+	if _, err := pause.New(limiter(t, plain{memstore.New()})); err == nil {
 		t.Fatal("a store without pauses was accepted")
 	}
-	if _, err := pause.New(memstore.New(), pause.WithJitter(-1)); err == nil {
+	if _, err := pause.New(limiter(t, memstore.New()), pause.WithJitter(-1)); err == nil {
 		t.Fatal("negative jitter accepted")
 	}
 }
@@ -140,8 +133,8 @@ func TestShortThrottleIsRetriedInPlace(t *testing.T) {
 	if n := v.requests.Load(); n != 2 {
 		t.Fatalf("%d requests, want 2", n)
 	}
-	if rec.count(pause.Throttled) != 1 || rec.count(pause.RetriedInPlace) != 1 {
-		t.Fatalf("events: %+v", rec.events)
+	if rec.Count(keycap.Throttled, "") != 1 || rec.Count(keycap.CallRetried, "") != 1 {
+		t.Fatalf("events: %+v", rec.Events())
 	}
 }
 
@@ -166,7 +159,7 @@ func TestLongThrottleReturnsTheResponseAndPausesTheAPI(t *testing.T) {
 	if n := v.requests.Load(); n != 1 {
 		t.Fatalf("%d requests reached the API, want 1", n)
 	}
-	if rec.count(pause.Refused) != 1 {
+	if rec.Count(keycap.CallHeld, "") != 1 {
 		t.Fatal("refusal not reported")
 	}
 	// Another API is not paused.
@@ -319,8 +312,8 @@ func TestExhaustedResponsePausesBeforeThe429(t *testing.T) {
 	if !errors.As(err, &pe) || time.Until(pe.Until) < 39*time.Second {
 		t.Fatalf("after a response with nothing remaining: %v", err)
 	}
-	if v.requests.Load() != 1 || rec.count(pause.Exhausted) != 1 {
-		t.Fatalf("%d requests, events %+v", v.requests.Load(), rec.events)
+	if v.requests.Load() != 1 || rec.Count(keycap.Exhausted, "") != 1 {
+		t.Fatalf("%d requests, events %+v", v.requests.Load(), rec.Events())
 	}
 }
 
@@ -386,8 +379,8 @@ func TestPacing(t *testing.T) {
 	if !errors.As(err, &pe) || !pe.Paced {
 		t.Fatalf("got %v, want a paced *PausedError", err)
 	}
-	if v.requests.Load() != 5 || rec.count(pause.Refused) != 1 {
-		t.Fatalf("%d requests, events %+v", v.requests.Load(), rec.events)
+	if v.requests.Load() != 5 || rec.Count(keycap.CallHeld, "") != 1 {
+		t.Fatalf("%d requests, events %+v", v.requests.Load(), rec.Events())
 	}
 }
 
@@ -430,7 +423,7 @@ func TestRunJob(t *testing.T) {
 	store := memstore.New()
 	ps, _ := newPauses(t, store, pause.WithJitter(0))
 	ctx := context.Background()
-	job := joblimit.Job{Kind: "sync", ID: "1"}
+	job := jobtype.Job{Kind: "sync", ID: "1"}
 	ran := 0
 	work := func(err error) func(context.Context) error {
 		return func(context.Context) error { ran++; return err }
@@ -440,12 +433,12 @@ func TestRunJob(t *testing.T) {
 	throttled := &pause.ThrottledError{StatusCode: 429}
 	throttled.Hint.Wait, throttled.Hint.Throttled = 30*time.Second, true
 	err := ps.RunJob(ctx, "vendor", job, work(fmt.Errorf("sync: %w", throttled)))
-	var rel *joblimit.ReleaseError
-	if !errors.As(err, &rel) || rel.Delay < 29*time.Second || rel.Pool != "pause:vendor" || !errors.Is(err, pause.ErrThrottled) {
+	var rel *jobtype.ReleaseError
+	if !errors.As(err, &rel) || rel.Delay < 29*time.Second || rel.By != "pause:vendor" || !errors.Is(err, pause.ErrThrottled) {
 		t.Fatalf("throttled job: %v", err)
 	}
 	// While paused, jobs are released without running.
-	err = ps.RunJob(ctx, "vendor", joblimit.Job{Kind: "sync", ID: "2"}, work(nil))
+	err = ps.RunJob(ctx, "vendor", jobtype.Job{Kind: "sync", ID: "2"}, work(nil))
 	if !errors.As(err, &rel) || !errors.Is(err, pause.ErrPaused) || ran != 1 {
 		t.Fatalf("job during the pause: %v (ran %d times)", err, ran)
 	}
@@ -471,17 +464,17 @@ func TestRunJobDeadline(t *testing.T) {
 	if _, err := ps.Pause(ctx, "vendor", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	job := joblimit.Job{Kind: "sync", ID: "7"}
+	job := jobtype.Job{Kind: "sync", ID: "7"}
 	start := time.Now()
 	for {
 		err := ps.RunJob(ctx, "vendor", job, func(context.Context) error { return nil })
-		if errors.Is(err, joblimit.ErrDeadline) {
+		if errors.Is(err, jobtype.ErrDeadline) {
 			if time.Since(start) < 150*time.Millisecond {
 				t.Fatalf("failed after %s, before the deadline", time.Since(start))
 			}
 			return
 		}
-		if !errors.Is(err, joblimit.ErrReleased) {
+		if !errors.Is(err, jobtype.ErrReleased) {
 			t.Fatalf("before the deadline: %v", err)
 		}
 		if time.Since(start) > 10*time.Second {
@@ -497,14 +490,14 @@ func TestPaceJob(t *testing.T) {
 		return keycap.Rate{Events: 10, Period: time.Second, Burst: 1}, api == "vendor"
 	}))
 	ctx := context.Background()
-	job := joblimit.Job{Kind: "sync", ID: "1"}
+	job := jobtype.Job{Kind: "sync", ID: "1"}
 	ran := 0
 	work := func(context.Context) error { ran++; return nil }
 	if err := ps.PaceJob(ctx, "vendor", job, work); err != nil || ran != 1 {
 		t.Fatalf("first job: %v", err)
 	}
 	err := ps.PaceJob(ctx, "vendor", job, work)
-	var rel *joblimit.ReleaseError
+	var rel *jobtype.ReleaseError
 	var pe *pause.PausedError
 	if !errors.As(err, &rel) || !errors.As(err, &pe) || !pe.Paced || rel.Delay <= 0 || rel.Delay > 100*time.Millisecond || ran != 1 {
 		t.Fatalf("second job at once: %v (ran %d)", err, ran)

@@ -3,9 +3,12 @@ package pause
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/keycap/keycap"
 )
 
 // Defaults of a Transport.
@@ -51,7 +54,8 @@ type TransportOption func(*Transport)
 
 // WithAPIName sets how a request names its API: the pause and the pace are
 // shared by every request with the same name. Default: the request's host.
-// Use one name per credential for a vendor that limits per token.
+// Use one name per credential for a vendor that limits per token. A request
+// whose name is empty is refused with an error matching ErrNoAPIName.
 func WithAPIName(fn func(*http.Request) string) TransportOption {
 	return func(t *Transport) { t.api = fn }
 }
@@ -93,6 +97,12 @@ func (ps *Pauses) Transport(next http.RoundTripper, opts ...TransportOption) *Tr
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	api := t.api(req)
+	if api == "" {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("%w for a request to %s: WithAPIName must name every request's API", ErrNoAPIName, req.URL.Redacted())
+	}
 	for attempt := 0; ; attempt++ {
 		if err := t.await(ctx, api); err != nil {
 			if req.Body != nil {
@@ -114,13 +124,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		h := t.ps.Hint(resp, peek(resp))
 		switch {
 		case h.Exhausted:
-			t.ps.emit(Event{Kind: Exhausted, API: api, Wait: h.Wait, Source: h.Source})
+			t.ps.emit(keycap.Event{Kind: keycap.Exhausted, API: api, Wait: h.Wait, Source: h.Source})
 			_, _ = t.ps.Pause(ctx, api, h.Wait)
 			return resp, nil
 		case !h.Throttled:
 			return resp, nil
 		}
-		t.ps.emit(Event{Kind: Throttled, API: api, Status: resp.StatusCode, Wait: h.Wait, Source: h.Source})
+		t.ps.emit(keycap.Event{Kind: keycap.Throttled, API: api, Status: resp.StatusCode, Wait: h.Wait, Source: h.Source})
 		wait := h.Wait
 		if until, err := t.ps.Pause(ctx, api, h.Wait); err == nil {
 			wait = max(time.Until(until), 0)
@@ -133,7 +143,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err
 		}
-		t.ps.emit(Event{Kind: RetriedInPlace, API: api, Wait: wait})
+		t.ps.emit(keycap.Event{Kind: keycap.CallRetried, API: api, Wait: wait})
 	}
 }
 
@@ -157,7 +167,7 @@ func (t *Transport) await(ctx context.Context, api string) error {
 			return nil
 		}
 		if !t.canWait(ctx, left) {
-			t.ps.emit(Event{Kind: Refused, API: api, Wait: left, Paced: paced})
+			t.ps.emit(keycap.Event{Kind: keycap.CallHeld, API: api, Wait: left, Paced: paced})
 			return &PausedError{API: api, Until: time.Now().Add(left), Paced: paced}
 		}
 		if err := sleep(ctx, left); err != nil {

@@ -3,23 +3,32 @@ package promobserver_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/promobserver"
 )
 
-func TestConnMetrics(t *testing.T) {
+// TestConnections: connection caps report through the same Observer, as
+// slots of the family "conn", one limit per app.
+func TestConnections(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m, err := promobserver.NewConnMetrics(reg)
+	obs, err := promobserver.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps, err := conncap.New(memstore.New(), conncap.WithDefaultCap(1), conncap.WithObserver(m))
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	caps, err := conncap.New(l, conncap.WithDefaultCap(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,47 +44,22 @@ func TestConnMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	caps.Leave("app", "c1")
-
-	got := func(name, app string) float64 {
-		t.Helper()
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-			for _, metric := range f.GetMetric() {
-				for _, l := range metric.GetLabel() {
-					if l.GetName() == "app" && l.GetValue() == app {
-						if metric.Counter != nil {
-							return metric.Counter.GetValue()
-						}
-						return metric.Gauge.GetValue()
-					}
-				}
-			}
-		}
-		t.Fatalf("no %s{app=%q}", name, app)
-		return 0
-	}
-	for _, c := range []struct {
-		name, app string
-		want      float64
-	}{
-		{"keycap_conn_admitted_total", "app", 1},
-		{"keycap_conn_refused_total", "app", 1},
-		{"keycap_conn_left_total", "app", 1},
-		{"keycap_conn_open", "app", 0},
-		{"keycap_conn_admitted_total", "other", 1},
-		{"keycap_conn_open", "other", 1},
-	} {
-		if v := got(c.name, c.app); v != c.want {
-			t.Errorf("%s{app=%q} = %v, want %v", c.name, c.app, v, c.want)
-		}
-	}
-	if n := testutil.CollectAndCount(reg, "keycap_conn_ghosts_dropped_total", "keycap_conn_store_failures_total"); n != 2 {
-		t.Errorf("%d of the unlabelled counters registered, want 2", n)
+	want := `
+# HELP keycap_slots_acquired_total Slots granted.
+# TYPE keycap_slots_acquired_total counter
+keycap_slots_acquired_total{family="conn",limit="app"} 1
+keycap_slots_acquired_total{family="conn",limit="other"} 1
+# HELP keycap_limit_exceeded_total Slots refused because the pool was full.
+# TYPE keycap_limit_exceeded_total counter
+keycap_limit_exceeded_total{family="conn",limit="app"} 1
+keycap_limit_exceeded_total{family="conn",limit="other"} 0
+# HELP keycap_slots_in_use Slots held by this process.
+# TYPE keycap_slots_in_use gauge
+keycap_slots_in_use{family="conn",limit="app"} 0
+keycap_slots_in_use{family="conn",limit="other"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"keycap_slots_acquired_total", "keycap_limit_exceeded_total", "keycap_slots_in_use"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,18 +11,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pause"
 	"github.com/keycap/keycap/promobserver"
 )
 
-func TestPauseMetrics(t *testing.T) {
+// TestPauses: API pauses report through the same Observer.
+func TestPauses(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m, err := promobserver.NewPauseMetrics(reg)
+	obs, err := promobserver.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := pause.New(memstore.New(), pause.WithObserver(m))
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ps, err := pause.New(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +66,12 @@ keycap_api_throttled_total{api="vendor",status="503"} 1
 # HELP keycap_api_retries_in_place_total Throttled requests sent again after a wait in place.
 # TYPE keycap_api_retries_in_place_total counter
 keycap_api_retries_in_place_total{api="vendor"} 1
-# HELP keycap_api_refused_total Calls refused unsent or jobs released, because the API was paused or over its rate.
-# TYPE keycap_api_refused_total counter
-keycap_api_refused_total{api="vendor",reason="paused"} 1
+# HELP keycap_api_held_total Calls refused unsent or jobs released, because the API was paused or over its rate.
+# TYPE keycap_api_held_total counter
+keycap_api_held_total{api="vendor",reason="paused"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"keycap_api_throttled_total", "keycap_api_retries_in_place_total", "keycap_api_refused_total"); err != nil {
+		"keycap_api_throttled_total", "keycap_api_retries_in_place_total", "keycap_api_held_total"); err != nil {
 		t.Fatal(err)
 	}
 	mfs, _ := reg.Gather()

@@ -1,25 +1,39 @@
-// Package promobserver exports keycap's events as Prometheus metrics: a
-// keycap.Observer to pass to keycap.WithObserver.
+// Package promobserver exports keycap's events as Prometheus metrics: one
+// keycap.Observer for every front door — HTTP requests, jobs, connections
+// and API pauses — to pass to keycap.WithObserver.
 //
 //	obs, err := promobserver.New(prometheus.DefaultRegisterer)
 //	limiter, err := keycap.NewLimiter(store, keycap.WithObserver(obs))
 //
-// Metrics are labelled by limit name only, never by key: keys are unbounded
+// Slot metrics are labelled by family ("app" for HTTP and the application's
+// own limits, "job", "conn") and limit name, never by key: keys are unbounded
 // (users, IPs, tenants) and would explode the number of series. Limit names
 // come from code (limiter names, job kinds, Pusher apps), so they are few.
 //
-//	keycap_slots_acquired_total{limit}     slots granted
-//	keycap_limit_exceeded_total{limit}     refusals
-//	keycap_slots_released_total{limit}     slots released
-//	keycap_slots_in_use{limit}             acquired minus released, in this process
-//	keycap_leases_lost_total{limit}        leases found gone on renewal
-//	keycap_wait_seconds{limit,outcome}     time spent waiting: outcome "acquired" or "exceeded"
-//	keycap_hold_seconds{limit}             time a slot was held, on release
-//	keycap_store_failures_total{limit}     store outages, counted at their first failure
-//	keycap_store_up                        0 during an outage, else 1
+//	keycap_slots_acquired_total{family,limit}     slots granted (connections admitted)
+//	keycap_limit_exceeded_total{family,limit}     refusals
+//	keycap_slots_released_total{family,limit}     slots released (connections gone)
+//	keycap_slots_in_use{family,limit}             acquired minus released, in this process
+//	keycap_leases_lost_total{family,limit}        leases found gone on renewal
+//	keycap_ghosts_dropped_total{family,limit}     members the heartbeat dropped as ghosts
+//	keycap_wait_seconds{family,limit,outcome}     time spent waiting: outcome "acquired" or "exceeded"
+//	keycap_hold_seconds{family,limit}             time a slot was held, on release
+//	keycap_store_failures_total{node}             store outages, counted at their first failure
+//	keycap_store_up{node}                         0 during an outage of that store partition, else 1
+//
+// API pauses are labelled by API name: keep those to a bounded set (hosts,
+// vendors), not one per user.
+//
+//	keycap_api_throttled_total{api,status}        throttled responses
+//	keycap_api_exhausted_total{api}               responses that said nothing remains
+//	keycap_api_pauses_total{api}                  pauses started or extended
+//	keycap_api_pause_seconds{api}                 how long each pause lasts
+//	keycap_api_held_total{api,reason}             calls refused or jobs released: "paused" or "paced"
+//	keycap_api_retries_in_place_total{api}        throttled requests sent again after a wait in place
 package promobserver
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,29 +43,39 @@ import (
 
 // Observer is a keycap.Observer that updates Prometheus metrics.
 type Observer struct {
-	acquired, exceeded, released, lost, failures *prometheus.CounterVec
-	inUse                                        *prometheus.GaugeVec
-	wait, hold                                   *prometheus.HistogramVec
-	up                                           prometheus.Gauge
+	acquired, exceeded, released, lost, ghosts *prometheus.CounterVec
+	inUse                                      *prometheus.GaugeVec
+	wait, hold                                 *prometheus.HistogramVec
+	failures                                   *prometheus.CounterVec
+	up                                         *prometheus.GaugeVec
 
-	byName sync.Map // limit name → *series
+	throttled, exhausted, pauses, held, retries *prometheus.CounterVec
+	pauseLength                                 *prometheus.HistogramVec
+
+	byLimit sync.Map // seriesKey → *series
 }
 
-// series caches the children of one limit name, so that an event costs no
-// label lookup.
+type seriesKey struct {
+	family keycap.Family
+	name   string
+}
+
+// series caches the children of one limit, so that an event costs no label
+// lookup.
 type series struct {
-	acquired, exceeded, released, lost, failures prometheus.Counter
-	inUse                                        prometheus.Gauge
-	waitOK, waitRefused, hold                    prometheus.Observer
+	acquired, exceeded, released, lost, ghosts prometheus.Counter
+	inUse                                      prometheus.Gauge
+	waitOK, waitRefused, hold                  prometheus.Observer
 }
 
 // An Option configures an Observer.
 type Option func(*config)
 
 type config struct {
-	namespace   string
-	waitBuckets []float64
-	holdBuckets []float64
+	namespace    string
+	waitBuckets  []float64
+	holdBuckets  []float64
+	pauseBuckets []float64
 }
 
 // WithNamespace replaces the metrics' "keycap" prefix.
@@ -65,36 +89,50 @@ func WithWaitBuckets(b []float64) Option { return func(c *config) { c.waitBucket
 // about 20 min).
 func WithHoldBuckets(b []float64) Option { return func(c *config) { c.holdBuckets = b } }
 
+// WithPauseBuckets sets the buckets of keycap_api_pause_seconds (default: 1 s
+// to a day).
+func WithPauseBuckets(b []float64) Option { return func(c *config) { c.pauseBuckets = b } }
+
 // New returns an Observer whose metrics are registered with reg.
 func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	c := config{
-		namespace:   "keycap",
-		waitBuckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		holdBuckets: prometheus.ExponentialBuckets(.005, 4, 10),
+		namespace:    "keycap",
+		waitBuckets:  []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		holdBuckets:  prometheus.ExponentialBuckets(.005, 4, 10),
+		pauseBuckets: []float64{1, 2, 5, 10, 30, 60, 300, 900, 3600, 86400},
 	}
 	for _, o := range opts {
 		o(&c)
 	}
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: c.namespace, Name: name, Help: help}, []string{"limit"})
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: c.namespace, Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: c.namespace, Name: name, Help: help, Buckets: buckets}, labels)
 	}
 	o := &Observer{
-		acquired: counter("slots_acquired_total", "Slots granted."),
-		exceeded: counter("limit_exceeded_total", "Slots refused because the pool was full."),
-		released: counter("slots_released_total", "Slots released."),
-		lost:     counter("leases_lost_total", "Leases found gone on renewal; the pool may have admitted one more holder."),
-		failures: counter("store_failures_total", "Store outages, counted at their first failure, by the limit that met it."),
+		acquired: counter("slots_acquired_total", "Slots granted.", "family", "limit"),
+		exceeded: counter("limit_exceeded_total", "Slots refused because the pool was full.", "family", "limit"),
+		released: counter("slots_released_total", "Slots released.", "family", "limit"),
+		lost:     counter("leases_lost_total", "Leases found gone on renewal; the pool may have admitted one more holder.", "family", "limit"),
+		ghosts:   counter("ghosts_dropped_total", "Members the node's heartbeat dropped: releases that never reached the store.", "family", "limit"),
 		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: "slots_in_use",
-			Help: "Slots held by this process."}, []string{"limit"}),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: c.namespace, Name: "wait_seconds",
-			Help: "Time spent waiting for a slot, by outcome.", Buckets: c.waitBuckets}, []string{"limit", "outcome"}),
-		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: c.namespace, Name: "hold_seconds",
-			Help: "Time a slot was held.", Buckets: c.holdBuckets}, []string{"limit"}),
-		up: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: c.namespace, Name: "store_up",
-			Help: "0 while the store is failing, else 1."}),
+			Help: "Slots held by this process."}, []string{"family", "limit"}),
+		wait:     histogram("wait_seconds", "Time spent waiting for a slot, by outcome.", c.waitBuckets, "family", "limit", "outcome"),
+		hold:     histogram("hold_seconds", "Time a slot was held.", c.holdBuckets, "family", "limit"),
+		failures: counter("store_failures_total", "Store outages, counted at their first failure, by store partition.", "node"),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: "store_up",
+			Help: "0 during an outage of the store partition, else 1."}, []string{"node"}),
+		throttled:   counter("api_throttled_total", "Throttled responses, by API and status.", "api", "status"),
+		exhausted:   counter("api_exhausted_total", "Responses that said nothing remains until a reset.", "api"),
+		pauses:      counter("api_pauses_total", "Pauses started or extended.", "api"),
+		held:        counter("api_held_total", "Calls refused unsent or jobs released, because the API was paused or over its rate.", "api", "reason"),
+		retries:     counter("api_retries_in_place_total", "Throttled requests sent again after a wait in place.", "api"),
+		pauseLength: histogram("api_pause_seconds", "How long pauses last.", c.pauseBuckets, "api"),
 	}
-	o.up.Set(1)
-	for _, col := range []prometheus.Collector{o.acquired, o.exceeded, o.released, o.lost, o.failures, o.inUse, o.wait, o.hold, o.up} {
+	o.up.WithLabelValues("").Set(1)
+	for _, col := range []prometheus.Collector{o.acquired, o.exceeded, o.released, o.lost, o.ghosts, o.inUse, o.wait, o.hold,
+		o.failures, o.up, o.throttled, o.exhausted, o.pauses, o.held, o.retries, o.pauseLength} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -102,50 +140,67 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-func (o *Observer) series(name string) *series {
-	if s, ok := o.byName.Load(name); ok {
+func (o *Observer) series(lim keycap.Limit) *series {
+	k := seriesKey{lim.Family(), lim.Name()}
+	if s, ok := o.byLimit.Load(k); ok {
 		return s.(*series)
 	}
+	f, n := k.family.String(), k.name
 	s := &series{
-		acquired:    o.acquired.WithLabelValues(name),
-		exceeded:    o.exceeded.WithLabelValues(name),
-		released:    o.released.WithLabelValues(name),
-		lost:        o.lost.WithLabelValues(name),
-		failures:    o.failures.WithLabelValues(name),
-		inUse:       o.inUse.WithLabelValues(name),
-		waitOK:      o.wait.WithLabelValues(name, "acquired"),
-		waitRefused: o.wait.WithLabelValues(name, "exceeded"),
-		hold:        o.hold.WithLabelValues(name),
+		acquired:    o.acquired.WithLabelValues(f, n),
+		exceeded:    o.exceeded.WithLabelValues(f, n),
+		released:    o.released.WithLabelValues(f, n),
+		lost:        o.lost.WithLabelValues(f, n),
+		ghosts:      o.ghosts.WithLabelValues(f, n),
+		inUse:       o.inUse.WithLabelValues(f, n),
+		waitOK:      o.wait.WithLabelValues(f, n, "acquired"),
+		waitRefused: o.wait.WithLabelValues(f, n, "exceeded"),
+		hold:        o.hold.WithLabelValues(f, n),
 	}
-	actual, _ := o.byName.LoadOrStore(name, s)
+	actual, _ := o.byLimit.LoadOrStore(k, s)
 	return actual.(*series)
 }
 
 // Observe implements keycap.Observer.
 func (o *Observer) Observe(e keycap.Event) {
 	switch e.Kind {
-	case keycap.StoreRecovered:
-		o.up.Set(1)
-		return
 	case keycap.StoreFailed:
-		o.up.Set(0)
-	}
-	s := o.series(e.Limit.Name())
-	switch e.Kind {
+		o.failures.WithLabelValues(e.Node).Inc()
+		o.up.WithLabelValues(e.Node).Set(0)
+	case keycap.StoreRecovered:
+		o.up.WithLabelValues(e.Node).Set(1)
 	case keycap.SlotAcquired:
+		s := o.series(e.Limit)
 		s.acquired.Inc()
 		s.inUse.Inc()
 		s.waitOK.Observe(e.Waited.Seconds())
 	case keycap.LimitExceeded:
+		s := o.series(e.Limit)
 		s.exceeded.Inc()
 		s.waitRefused.Observe(e.Waited.Seconds())
 	case keycap.SlotReleased:
+		s := o.series(e.Limit)
 		s.released.Inc()
 		s.inUse.Dec()
 		s.hold.Observe(e.Held.Seconds())
 	case keycap.LeaseLost:
-		s.lost.Inc()
-	case keycap.StoreFailed:
-		s.failures.Inc()
+		o.series(e.Limit).lost.Inc()
+	case keycap.GhostsDropped:
+		o.series(e.Limit).ghosts.Add(float64(e.Count))
+	case keycap.Throttled:
+		o.throttled.WithLabelValues(e.API, strconv.Itoa(e.Status)).Inc()
+	case keycap.Exhausted:
+		o.exhausted.WithLabelValues(e.API).Inc()
+	case keycap.Paused:
+		o.pauses.WithLabelValues(e.API).Inc()
+		o.pauseLength.WithLabelValues(e.API).Observe(e.Wait.Seconds())
+	case keycap.CallHeld:
+		reason := "paused"
+		if e.Paced {
+			reason = "paced"
+		}
+		o.held.WithLabelValues(e.API, reason).Inc()
+	case keycap.CallRetried:
+		o.retries.WithLabelValues(e.API).Inc()
 	}
 }

@@ -62,27 +62,22 @@ func TestMetrics(t *testing.T) {
 	want := `
 # HELP keycap_limit_exceeded_total Slots refused because the pool was full.
 # TYPE keycap_limit_exceeded_total counter
-keycap_limit_exceeded_total{limit="exports"} 1
-keycap_limit_exceeded_total{limit="reports"} 0
+keycap_limit_exceeded_total{family="app",limit="exports"} 1
 # HELP keycap_slots_acquired_total Slots granted.
 # TYPE keycap_slots_acquired_total counter
-keycap_slots_acquired_total{limit="exports"} 2
-keycap_slots_acquired_total{limit="reports"} 0
+keycap_slots_acquired_total{family="app",limit="exports"} 2
 # HELP keycap_slots_in_use Slots held by this process.
 # TYPE keycap_slots_in_use gauge
-keycap_slots_in_use{limit="exports"} 1
-keycap_slots_in_use{limit="reports"} 0
+keycap_slots_in_use{family="app",limit="exports"} 1
 # HELP keycap_slots_released_total Slots released.
 # TYPE keycap_slots_released_total counter
-keycap_slots_released_total{limit="exports"} 1
-keycap_slots_released_total{limit="reports"} 0
-# HELP keycap_store_failures_total Store outages, counted at their first failure, by the limit that met it.
+keycap_slots_released_total{family="app",limit="exports"} 1
+# HELP keycap_store_failures_total Store outages, counted at their first failure, by store partition.
 # TYPE keycap_store_failures_total counter
-keycap_store_failures_total{limit="exports"} 0
-keycap_store_failures_total{limit="reports"} 1
-# HELP keycap_store_up 0 while the store is failing, else 1.
+keycap_store_failures_total{node=""} 1
+# HELP keycap_store_up 0 during an outage of the store partition, else 1.
 # TYPE keycap_store_up gauge
-keycap_store_up 0
+keycap_store_up{node=""} 0
 `
 	names := []string{"keycap_limit_exceeded_total", "keycap_slots_acquired_total", "keycap_slots_in_use",
 		"keycap_slots_released_total", "keycap_store_failures_total", "keycap_store_up"}

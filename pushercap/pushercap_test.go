@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pushercap"
@@ -36,7 +37,7 @@ func TestSignatureVectors(t *testing.T) {
 
 func newGate(t *testing.T, cap int, opts ...pushercap.Option) (*pushercap.Gate, *conncap.Cap) {
 	t.Helper()
-	caps, err := conncap.New(memstore.New(), conncap.WithDefaultCap(cap))
+	caps, err := capsOn(t, memstore.New(), conncap.WithDefaultCap(cap))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestSignin(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	caps, _ := conncap.New(memstore.New())
+	caps, _ := capsOn(t, memstore.New())
 	defer caps.Close()
 	for name, apps := range map[string][]pushercap.App{
 		"no app":               nil,
@@ -232,7 +233,7 @@ func FuzzInspect(f *testing.F) {
 	f.Add(signin(socket, `{"id":"x"}`))
 	f.Add(`{"event":"pusher:subscribe","data":null}`)
 	f.Add(`[1,2,3]`)
-	caps, err := conncap.New(memstore.New(), conncap.WithDefaultCap(1000))
+	caps, err := capsOn(f, memstore.New(), conncap.WithDefaultCap(1000))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -299,4 +300,24 @@ func TestNoParsingOnceTheUserIsKnown(t *testing.T) {
 	if allocs := testing.AllocsPerRun(10, func() { c.Inspect(context.Background(), big) }); allocs != 0 {
 		t.Fatalf("Inspect after the user is known: %v allocations a frame, want 0", allocs)
 	}
+}
+
+// capsOn returns connection caps on a Limiter of their own over store, both
+// closed when tb ends.
+func capsOn(tb testing.TB, store keycap.Store, opts ...conncap.Option) (*conncap.Cap, error) {
+	tb.Helper()
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := conncap.New(l, opts...)
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	tb.Cleanup(func() {
+		_ = caps.Close()
+		_ = l.Close()
+	})
+	return caps, nil
 }

@@ -26,7 +26,7 @@ func TestPusherJS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps, err := conncap.New(store, conncap.WithDefaultCap(2))
+	caps, err := capsOn(t, store, conncap.WithDefaultCap(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/pause"
 	"github.com/keycap/keycap/redisstore"
@@ -64,7 +65,13 @@ func vendorPauses(rdb redis.UniversalClient, prefix string) (*pause.Pauses, *htt
 	if err != nil {
 		return nil, nil, err
 	}
-	ps, err := pause.New(store, pause.WithJitter(300*time.Millisecond))
+	// A Limiter that only makes store calls (no leases) starts no
+	// goroutine: nothing to close.
+	l, err := keycap.NewLimiter(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	ps, err := pause.New(l, pause.WithJitter(300*time.Millisecond))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/pgstore"
 	"github.com/keycap/keycap/redisstore"
 	"github.com/keycap/keycap/riverlimit"
@@ -235,7 +236,7 @@ func TestCannotSnoozeOutsideRiver(t *testing.T) {
 	ran := false
 	err := mw.Work(context.Background(), &rivertype.JobRow{ID: 7, Kind: "keyed"}, func(context.Context) error { ran = true; return nil })
 	var snooze *river.JobSnoozeError
-	if ran || err == nil || errors.As(err, &snooze) || !errors.Is(err, joblimit.ErrReleased) {
+	if ran || err == nil || errors.As(err, &snooze) || !errors.Is(err, jobtype.ErrReleased) {
 		t.Fatalf("ran %v, err %v; want an error saying the job cannot be snoozed", ran, err)
 	}
 }

@@ -26,8 +26,9 @@
 // A refused job's metadata records the pool that refused it
 // ("keycap_snoozed_by"), next to River's own "snoozes" count. A job with
 // joblimit.WithSkip is cancelled (river.JobCancel). A job past its rule's
-// deadline fails with a *joblimit.DeadlineError, which counts as an attempt
-// like any error.
+// deadline fails with a *jobtype.DeadlineError, which counts as an attempt
+// like any error. Use takes any jobtype.Runner, so one translation serves
+// slots, pauses and paces.
 //
 // RespectPauses does the same for a paused API (package pause): a job that
 // would call an API that answered 429 is snoozed until the pause ends.
@@ -44,6 +45,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/pause"
 )
 
@@ -56,75 +58,43 @@ type Option func(*middleware)
 // (joblimit.WithTTL).
 func WithJobTimeout(d time.Duration) Option { return func(m *middleware) { m.timeout = d } }
 
+// middleware is every constructor's middleware: it runs each job through the
+// Runner its pick function gives, and translates the Runner's results into
+// River's.
 type middleware struct {
 	river.MiddlewareDefaults
-	jobs    *joblimit.Limiter
-	rule    func(*rivertype.JobRow) (joblimit.Rule, bool)
+	pick    func(*rivertype.JobRow) (jobtype.Runner, bool)
 	timeout time.Duration
 }
 
-// Middleware returns worker middleware that applies rule(job) to every job it
-// sees; a job for which rule reports false runs unlimited.
-func Middleware(jobs *joblimit.Limiter, rule func(job *rivertype.JobRow) (joblimit.Rule, bool), opts ...Option) rivertype.WorkerMiddleware {
-	m := &middleware{jobs: jobs, rule: rule, timeout: river.JobTimeoutDefault}
+// Use returns worker middleware that runs each job through the Runner pick
+// gives it — a joblimit rule (joblimit.Limiter.For), a pause
+// (pause.Pauses.Respecting, Pacing), or your own — and turns a release into a
+// snooze (no attempt spent) and a skip into a cancellation; a job for which
+// pick reports false runs as is. The constructors below are Use with a pick
+// of each kind.
+func Use(pick func(job *rivertype.JobRow) (jobtype.Runner, bool), opts ...Option) rivertype.WorkerMiddleware {
+	m := &middleware{pick: pick, timeout: river.JobTimeoutDefault}
 	for _, o := range opts {
 		o(m)
 	}
 	return m
 }
 
+// Middleware returns worker middleware that applies rule(job) to every job it
+// sees; a job for which rule reports false runs unlimited.
+func Middleware(jobs *joblimit.Limiter, rule func(job *rivertype.JobRow) (joblimit.Rule, bool), opts ...Option) rivertype.WorkerMiddleware {
+	return Use(func(job *rivertype.JobRow) (jobtype.Runner, bool) {
+		r, ok := rule(job)
+		return jobs.For(r), ok
+	}, opts...)
+}
+
 // Limit returns worker middleware that applies one rule, for a worker's
 // Middleware method.
 func Limit(jobs *joblimit.Limiter, rule joblimit.Rule, opts ...Option) rivertype.WorkerMiddleware {
-	return Middleware(jobs, func(*rivertype.JobRow) (joblimit.Rule, bool) { return rule, true }, opts...)
-}
-
-// MetadataKey is the job metadata key that names the pool which last refused
-// the job a slot.
-const MetadataKey = "keycap_snoozed_by"
-
-// Work implements rivertype.WorkerMiddleware.
-func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	rule, ok := m.rule(job)
-	if !ok {
-		return doInner(ctx)
-	}
-	err := m.jobs.Run(ctx, rule, joblimit.Job{
-		Kind:    job.Kind,
-		ID:      jobID(job),
-		Timeout: m.timeout,
-	}, doInner)
-	return outcome(ctx, job, err)
-}
-
-func jobID(job *rivertype.JobRow) string { return "river:" + strconv.FormatInt(job.ID, 10) }
-
-// outcome turns joblimit's instructions into River's: a release becomes a
-// snooze (no attempt spent), a skip a cancellation. Any other error,
-// *joblimit.DeadlineError included, goes to River as a failure.
-func outcome(ctx context.Context, job *rivertype.JobRow, err error) error {
-	var rel *joblimit.ReleaseError
-	var skip *joblimit.SkipError
-	switch {
-	case errors.As(err, &rel):
-		// MetadataSet only works inside a River worker: outside one (a test
-		// calling Work directly), the job cannot be snoozed, and that is an
-		// error, not a silent drop.
-		if merr := river.MetadataSet(ctx, MetadataKey, rel.Pool); merr != nil {
-			return fmt.Errorf("riverlimit: job %d cannot be snoozed (%v): %w", job.ID, merr, rel)
-		}
-		return river.JobSnooze(rel.Delay)
-	case errors.As(err, &skip):
-		return river.JobCancel(skip)
-	}
-	return err
-}
-
-// pauses is the middleware of RespectPauses.
-type pauses struct {
-	river.MiddlewareDefaults
-	ps  *pause.Pauses
-	api func(*rivertype.JobRow) (string, bool)
+	runner := jobs.For(rule)
+	return Use(func(*rivertype.JobRow) (jobtype.Runner, bool) { return runner, true }, opts...)
 }
 
 // RespectPauses returns worker middleware that keeps jobs from calling a
@@ -140,40 +110,55 @@ type pauses struct {
 // middleware list, so that a job arriving during a pause is snoozed before it
 // takes a slot.
 func RespectPauses(ps *pause.Pauses, api func(job *rivertype.JobRow) (string, bool)) rivertype.WorkerMiddleware {
-	return &pauses{ps: ps, api: api}
-}
-
-// Work implements rivertype.WorkerMiddleware.
-func (m *pauses) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	api, ok := m.api(job)
-	if !ok {
-		return doInner(ctx)
-	}
-	err := m.ps.RunJob(ctx, api, joblimit.Job{Kind: job.Kind, ID: jobID(job)}, doInner)
-	return outcome(ctx, job, err)
-}
-
-// paces is the middleware of PaceJobs.
-type paces struct {
-	river.MiddlewareDefaults
-	ps  *pause.Pauses
-	api func(*rivertype.JobRow) (string, bool)
+	return Use(func(job *rivertype.JobRow) (jobtype.Runner, bool) {
+		a, ok := api(job)
+		return ps.Respecting(a), ok
+	})
 }
 
 // PaceJobs returns worker middleware that runs jobs at their API's rate
 // (pause.WithRate), shared by every worker of every server: a job over the
 // rate is snoozed until it is within it, without spending an attempt. api
 // names the API a job calls, or reports false for a job that is not paced.
-// The rate counts jobs; pace.Transport's pacing counts requests: use one.
+// The rate counts jobs; pause.Transport's pacing counts requests: use one.
 func PaceJobs(ps *pause.Pauses, api func(job *rivertype.JobRow) (string, bool)) rivertype.WorkerMiddleware {
-	return &paces{ps: ps, api: api}
+	return Use(func(job *rivertype.JobRow) (jobtype.Runner, bool) {
+		a, ok := api(job)
+		return ps.Pacing(a), ok
+	})
 }
 
+// MetadataKey is the job metadata key that names what last held the job
+// back: the pool that refused it a slot, or the paused API.
+const MetadataKey = "keycap_snoozed_by"
+
 // Work implements rivertype.WorkerMiddleware.
-func (m *paces) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	api, ok := m.api(job)
+func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	runner, ok := m.pick(job)
 	if !ok {
 		return doInner(ctx)
 	}
-	return outcome(ctx, job, m.ps.PaceJob(ctx, api, joblimit.Job{Kind: job.Kind, ID: jobID(job)}, doInner))
+	err := runner.Run(ctx, jobtype.Job{Kind: job.Kind, ID: "river:" + strconv.FormatInt(job.ID, 10), Timeout: m.timeout}, doInner)
+	return outcome(ctx, job, err)
+}
+
+// outcome turns a Runner's results into River's: a release becomes a snooze
+// (no attempt spent), a skip a cancellation. Any other error,
+// *jobtype.DeadlineError included, goes to River as a failure.
+func outcome(ctx context.Context, job *rivertype.JobRow, err error) error {
+	var rel *jobtype.ReleaseError
+	var skip *jobtype.SkipError
+	switch {
+	case errors.As(err, &rel):
+		// MetadataSet only works inside a River worker: outside one (a test
+		// calling Work directly), the job cannot be snoozed, and that is an
+		// error, not a silent drop.
+		if merr := river.MetadataSet(ctx, MetadataKey, rel.By); merr != nil {
+			return fmt.Errorf("riverlimit: job %d cannot be snoozed (%v): %w", job.ID, merr, rel)
+		}
+		return river.JobSnooze(rel.Delay)
+	case errors.As(err, &skip):
+		return river.JobCancel(skip)
+	}
+	return err
 }

@@ -92,12 +92,14 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Before Start, so that a signal that arrives once the listeners are up
+	// (and logged) is handled, not the process killed by it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	s, err := gateway.Start(file)
 	if err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	for got := range sig {
 		if got == syscall.SIGHUP {
 			_ = s.Reload() // a bad file keeps the old configuration; the log says why

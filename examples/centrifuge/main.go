@@ -53,7 +53,12 @@ func run(redisAddr string) error {
 		if err != nil {
 			return err
 		}
-		caps, err := conncap.New(shared, conncap.WithDefaultCap(2), conncap.WithLiveness(centrifugecap.Live(node)))
+		limiter, err := keycap.NewLimiter(shared) // one per node: each is a node of the store
+		if err != nil {
+			return err
+		}
+		defer limiter.Close()
+		caps, err := conncap.New(limiter, conncap.WithDefaultCap(2), conncap.WithLiveness(centrifugecap.Live(node)))
 		if err != nil {
 			return err
 		}

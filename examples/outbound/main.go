@@ -65,7 +65,12 @@ func run() error {
 	fmt.Println("== one 429 pauses every worker")
 	srv, calls := vendor(5, 2*time.Second, start)
 	defer srv.Close()
-	ps, err := pause.New(memstore.New()) // redisstore: every worker on every server
+	limiter, err := keycap.NewLimiter(memstore.New()) // redisstore: every worker on every server
+	if err != nil {
+		return err
+	}
+	defer limiter.Close()
+	ps, err := pause.New(limiter)
 	if err != nil {
 		return err
 	}
@@ -97,7 +102,12 @@ func run() error {
 	start = time.Now()
 	srv2, calls2 := vendor(1000, time.Second, start)
 	defer srv2.Close()
-	paced, err := pause.New(memstore.New(), pause.WithRate(func(api string) (keycap.Rate, bool) {
+	limiter2, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		return err
+	}
+	defer limiter2.Close()
+	paced, err := pause.New(limiter2, pause.WithRate(func(api string) (keycap.Rate, bool) {
 		return keycap.Rate{Events: 5, Period: time.Second, Burst: 1}, true
 	}))
 	if err != nil {

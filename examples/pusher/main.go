@@ -19,6 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/internal/pushertest"
 	"github.com/keycap/keycap/memstore"
@@ -35,7 +36,12 @@ func main() {
 
 func run() error {
 	// memstore: one server. redisstore: every server of the cluster.
-	caps, err := conncap.New(memstore.New(), conncap.WithDefaultCap(2))
+	limiter, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		return err
+	}
+	defer limiter.Close()
+	caps, err := conncap.New(limiter, conncap.WithDefaultCap(2))
 	if err != nil {
 		return err
 	}

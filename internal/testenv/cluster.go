@@ -155,6 +155,7 @@ func (c *Cluster) MasterOf(key string) (int, error) {
 			cl.Close()
 			continue
 		}
+		//lint:ignore SA1019 the same call as redisstore's, which supports Redis 6.2
 		slots, err := cl.ClusterSlots(ctx).Result()
 		cl.Close()
 		if err != nil {

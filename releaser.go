@@ -1,0 +1,130 @@
+package keycap
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// maxPendingReleases bounds the releases a Limiter retries: past it, a
+// failed release is left to its lease's TTL, as before.
+const maxPendingReleases = 100_000
+
+// releaser retries, in the background, the releases that the store failed:
+// a store that comes back from an outage, or fails a call now and then, must
+// not keep the slots of holders that are done until their TTL runs out — a
+// burst of failed releases during a restart would otherwise fill pools for a
+// whole TTL. A release is retried with a growing interval until it succeeds
+// or its lease would have expired anyway.
+type releaser struct {
+	l *Limiter
+
+	mu      sync.Mutex
+	pending []pendingRelease
+	running bool
+	stopped bool
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type pendingRelease struct {
+	limit Limit
+	owner Owner
+	until time.Duration // when the lease expires in the store: no use retrying after
+}
+
+func (r *releaser) init(l *Limiter) {
+	r.l = l
+	r.wake = make(chan struct{}, 1)
+	r.stop = make(chan struct{})
+	r.done = make(chan struct{})
+}
+
+// retry queues a failed release of owner's lease of lim, which expires in
+// the store at until.
+func (r *releaser) retry(lim Limit, owner Owner, until time.Duration) {
+	r.mu.Lock()
+	if r.stopped || len(r.pending) >= maxPendingReleases {
+		r.mu.Unlock()
+		return
+	}
+	r.pending = append(r.pending, pendingRelease{lim, owner, until})
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start {
+		go r.loop()
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *releaser) loop() {
+	defer close(r.done)
+	backoff := 50 * time.Millisecond
+	t := time.NewTimer(backoff)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		if r.flush() {
+			backoff = 50 * time.Millisecond
+		} else {
+			backoff = min(2*backoff, 2*time.Second)
+		}
+		t.Reset(backoff)
+	}
+}
+
+// flush tries every pending release once and keeps those that failed and
+// are still worth retrying. It reports whether all succeeded.
+func (r *releaser) flush() bool {
+	r.mu.Lock()
+	batch := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return true
+	}
+	l := r.l
+	var again []pendingRelease
+	now := l.now()
+	for _, p := range batch {
+		if now >= p.until {
+			continue // expired in the store by now
+		}
+		ctx, cancel := l.bound(context.Background(), l.budgetOf(p.limit))
+		err := l.store.Release(ctx, p.limit.pool, p.owner)
+		cancel()
+		if err != nil {
+			l.storeFailed(p.limit, err)
+			again = append(again, p)
+			continue
+		}
+		l.storeAnswered(p.limit.pool)
+		l.waiters.wake(p.limit.pool)
+	}
+	r.mu.Lock()
+	r.pending = append(again, r.pending...)
+	r.mu.Unlock()
+	return len(again) == 0
+}
+
+// close stops the loop after one last try of what is pending.
+func (r *releaser) close() {
+	r.mu.Lock()
+	r.stopped = true
+	running := r.running
+	r.mu.Unlock()
+	if running {
+		close(r.stop)
+		<-r.done
+		r.flush()
+	}
+}
