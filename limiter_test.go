@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
@@ -219,7 +220,7 @@ func TestCancelEndsWaitAndIsNoStoreFailure(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { _, err := l.Acquire(ctx, lim); got <- err }()
 	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) {
+	if err := testwait.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire = %v, want context.Canceled", err)
 	}
 	if rec.Count(keycap.StoreFailed, "") != 0 {
@@ -235,9 +236,9 @@ func TestCancelDuringStoreCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { _, err := l.Acquire(ctx, limit(t, "c", "k", 1)); got <- err }()
-	<-fs.entered
+	testwait.Recv(t, fs.entered, 10*time.Second, "the store call")
 	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
+	if err := testwait.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
 		t.Fatalf("Acquire = %v, want context.Canceled only", err)
 	}
 	if rec.Count(keycap.StoreFailed, "") != 0 {

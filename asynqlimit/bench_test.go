@@ -77,7 +77,11 @@ func benchTasks(b *testing.B, store string, work time.Duration) {
 			}
 		}
 		for range n {
-			<-done[q]
+			select {
+			case <-done[q]:
+			case <-time.After(time.Minute):
+				b.Fatalf("a job of queue %s never finished", q)
+			}
 		}
 		return time.Since(t0)
 	}

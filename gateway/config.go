@@ -69,7 +69,7 @@ type TimeoutsConfig struct {
 
 // StoreConfig says where slots live.
 type StoreConfig struct {
-	Type     string   `yaml:"type"`   // memory (default), redis, sentinel, cluster
+	Type     string   `yaml:"type"`   // memory (default), redis, sentinel, cluster, none
 	URL      string   `yaml:"url"`    // redis: redis:// or rediss:// URL
 	Addrs    []string `yaml:"addrs"`  // sentinel: sentinels; cluster: seeds
 	Master   string   `yaml:"master"` // sentinel: the master's name
@@ -543,7 +543,7 @@ func (v *validator) timeouts(path []any, t *TimeoutsConfig) {
 
 func (v *validator) store(s *StoreConfig) {
 	switch s.Type {
-	case "", "memory":
+	case "", "memory", "none":
 	case "redis":
 		if s.URL == "" {
 			v.errf(p("store", "url"), "required for a redis store: redis://[user:password@]host:port[/db] (rediss:// for TLS)")
@@ -562,7 +562,7 @@ func (v *validator) store(s *StoreConfig) {
 			v.errf(p("store", "addrs"), "required for a cluster store: seed nodes' host:port")
 		}
 	default:
-		v.errf(p("store", "type"), "invalid store %q: memory, redis, sentinel or cluster", s.Type)
+		v.errf(p("store", "type"), "invalid store %q: memory, redis, sentinel, cluster or none", s.Type)
 	}
 	for i, a := range s.Addrs {
 		v.addr(p("store", "addrs", i), a)

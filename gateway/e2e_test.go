@@ -22,6 +22,7 @@ import (
 
 	"github.com/keycap/keycap/internal/pushertest"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testwait"
 )
 
 var binary string // the keycap binary, built once by TestMain
@@ -371,11 +372,11 @@ func TestRequestIDIsForwarded(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Get("X-Request-Id") }))
 	defer up.Close()
 	g := startGateway(t, "upstream: "+up.URL+"\n")
-	if _, h, _ := get(t, g.proxy+"/", "X-Request-Id", "abc-123"); h.Get("X-Request-Id") != "abc-123" || <-seen != "abc-123" {
+	if _, h, _ := get(t, g.proxy+"/", "X-Request-Id", "abc-123"); h.Get("X-Request-Id") != "abc-123" || testwait.Recv(t, seen, 5*time.Second, "the upstream's request") != "abc-123" {
 		t.Fatal("a client's request id is not kept")
 	}
 	_, h, _ := get(t, g.proxy+"/")
-	if id := <-seen; id == "" || h.Get("X-Request-Id") != id {
+	if id := testwait.Recv(t, seen, 5*time.Second, "the upstream's request"); id == "" || h.Get("X-Request-Id") != id {
 		t.Fatalf("generated id %q upstream, %q to the client", id, h.Get("X-Request-Id"))
 	}
 }

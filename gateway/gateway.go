@@ -23,6 +23,7 @@ import (
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/httplimit"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/nullstore"
 	"github.com/keycap/keycap/pushercap"
 	"github.com/keycap/keycap/redisstore"
 )
@@ -70,6 +71,8 @@ func newStore(c StoreConfig) (keycap.Store, redis.UniversalClient, error) {
 	switch c.Type {
 	case "memory":
 		return memstore.New(), nil, nil
+	case "none":
+		return nullstore.New(), nil, nil // limits off: every slot granted, events still sent
 	case "redis":
 		opt, err := redis.ParseURL(c.URL)
 		if err != nil {

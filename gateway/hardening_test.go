@@ -767,3 +767,31 @@ pusher: {apps: [{id: "1", key: app-key, secret: app-secret}]}
 		t.Errorf("the refusal was not logged:\n%s", logs)
 	}
 }
+
+// TestStoreNone: store type none turns the limits off — every request is
+// served past any cap — while the metrics still count the slots.
+func TestStoreNone(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 3)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	srv, _ := inProcess(t, fmt.Sprintf("upstream: %s\nstore: {type: none}\nroutes: [{name: r, path: /, limits: [{max: 1}]}]\n", up.URL))
+	for range 3 {
+		go func() { _, _, _ = doGet(srv.URL + "/") }()
+	}
+	for i := range 3 {
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("only %d of 3 requests reached the upstream past a cap of 1 with the limits off", i)
+		}
+	}
+}

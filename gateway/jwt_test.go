@@ -22,6 +22,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/keycap/keycap/gateway"
+	"github.com/keycap/keycap/internal/testwait"
 )
 
 func writePEM(t *testing.T, pub any) string {
@@ -109,12 +110,13 @@ func TestClaimKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			entered, release := make(chan struct{}, 4), make(chan struct{})
+			entered, release := make(chan struct{}, 4), testwait.NewGate()
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				entered <- struct{}{}
-				<-release
+				release.Wait(20 * time.Second)
 			}))
 			defer up.Close()
+			defer release.Open() // before up.Close: a failed test leaves no handler blocked
 			cfg, err := gateway.ParseConfig("test.yaml", []byte(fmt.Sprintf(`upstream: %s
 jwt: %s
 routes:
@@ -147,20 +149,21 @@ routes:
 				}()
 				return c
 			}
+			const d = 10 * time.Second
 			first := call(tc.sign("alice"))
-			<-entered // alice holds her one slot
-			if code := <-call(tc.sign("alice")); code != 429 {
+			testwait.Recv(t, entered, d, "alice's request at the upstream") // alice holds her one slot
+			if code := testwait.Recv(t, call(tc.sign("alice")), d, "alice's second request"); code != 429 {
 				t.Fatalf("alice's second request: %d, want 429", code)
 			}
 			bob := call(tc.sign("bob"))
-			<-entered // bob has his own slot
+			testwait.Recv(t, entered, d, "bob's request at the upstream") // bob has his own slot
 			// A forged token claiming alice is counted by address: not refused
 			// for alice's slot, and alice's slot is untouched.
 			forged := call(tc.forge("alice"))
-			<-entered
-			close(release)
+			testwait.Recv(t, entered, d, "the forged request at the upstream")
+			release.Open()
 			for name, c := range map[string]<-chan int{"alice": first, "bob": bob, "forged": forged} {
-				if code := <-c; code != 200 {
+				if code := testwait.Recv(t, c, d, name+"'s answer"); code != 200 {
 					t.Errorf("%s: %d", name, code)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testwait"
 )
 
 // TestReloadKeepsTheOldStoreUntilItsRequestsEnd: a reload onto another store
@@ -19,13 +20,14 @@ import (
 // long download, a stream, a WebSocket); it closes it when the last one ends.
 func TestReloadKeepsTheOldStoreUntilItsRequestsEnd(t *testing.T) {
 	t.Parallel()
-	entered, finish := make(chan struct{}), make(chan struct{})
+	entered, finish := make(chan struct{}, 1), testwait.NewGate()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-finish
+		entered <- struct{}{}
+		finish.Wait(20 * time.Second)
 		_, _ = io.WriteString(w, "done")
 	}))
 	defer upstream.Close()
+	defer finish.Open() // before upstream.Close: a failed test leaves no handler blocked
 	config := func(prefix string) *Config {
 		cfg, err := ParseConfig("t.yaml", []byte("upstream: "+upstream.URL+"\nstore: {type: memory, prefix: "+prefix+"}\n"+
 			"routes: [{name: slow, path: /, limits: [{max: 1, key: 'header:X-User'}]}]\n"))
@@ -51,7 +53,7 @@ func TestReloadKeepsTheOldStoreUntilItsRequestsEnd(t *testing.T) {
 		}
 		done <- err
 	}()
-	<-entered
+	testwait.Recv(t, entered, 10*time.Second, "the request at the upstream")
 	old := g.router().backend
 	if err := g.Reload(config("b:")); err != nil {
 		t.Fatal(err)
@@ -74,8 +76,8 @@ func TestReloadKeepsTheOldStoreUntilItsRequestsEnd(t *testing.T) {
 	}
 	lease.Release()
 
-	close(finish)
-	if err := <-done; err != nil {
+	finish.Open()
+	if err := testwait.Recv(t, done, 10*time.Second, "the request's end"); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
+	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
@@ -77,17 +78,34 @@ func (e *env) register(t *testing.T, name string, fn httplimit.LimitFunc) {
 // requests it saw.
 type gate struct {
 	entered chan struct{}
-	release chan struct{}
+	release *testwait.Gate
 	runs    atomic.Int32
 }
 
-func newGate() *gate { return &gate{entered: make(chan struct{}, 100), release: make(chan struct{})} }
+// newGate returns a gate that t's cleanup opens, so that a failed test never
+// leaves a request blocked.
+func newGate(t *testing.T) *gate {
+	g := &gate{entered: make(chan struct{}, 100), release: testwait.NewGate()}
+	t.Cleanup(g.release.Open)
+	return g
+}
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.runs.Add(1)
 	g.entered <- struct{}{}
-	<-g.release
+	g.release.Wait(20 * time.Second)
 	w.WriteHeader(http.StatusOK)
+}
+
+// wait waits for wg within 10 s.
+func wait(t *testing.T, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	testwait.Recv(t, done, 10*time.Second, "the requests in flight to end")
 }
 
 func do(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
@@ -123,7 +141,7 @@ func TestRefusalIs429WithRetryAfter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, memstore.New())
 	e.register(t, "exports", func(*http.Request) httplimit.Rule { return httplimit.Max(1) })
-	g := newGate()
+	g := newGate(t)
 	h := e.limiters.Must("exports")(g)
 	wg := holding(t, h, g, req("192.0.2.1:1000"))
 
@@ -149,8 +167,8 @@ func TestRefusalIs429WithRetryAfter(t *testing.T) {
 	if g.runs.Load() != 2 {
 		t.Fatalf("handler ran %d times, want 2 (refused requests never reach it)", g.runs.Load())
 	}
-	close(g.release)
-	wg.Wait()
+	g.release.Open()
+	wait(t, wg)
 	wg2.Wait()
 	if w := do(h, req("192.0.2.1:1003")); w.Code != http.StatusOK {
 		t.Fatalf("after release: %d", w.Code)
@@ -207,15 +225,15 @@ func TestSeveralLimitsAllOrNothing(t *testing.T) {
 			httplimit.Max(1).By("team:1").RetryAfter(9*time.Second),
 		)
 	})
-	g := newGate()
+	g := newGate(t)
 	h := e.limiters.Must("exports")(g)
 	wg := holding(t, h, g, req("192.0.2.1:1", "User", "a"))
 	w := do(h, req("192.0.2.1:2", "User", "b"))
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "9" {
 		t.Fatalf("team refusal: %d Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
-	close(g.release)
-	wg.Wait()
+	g.release.Open()
+	wait(t, wg)
 	// b's user slot was given back when the team refused: b holds nothing.
 	if n := e.rec.Count(keycap.SlotAcquired, ""); n != 2 {
 		t.Fatalf("%d slots acquired, want a's two", n)
@@ -316,7 +334,7 @@ func TestDefaultKey(t *testing.T) {
 	}
 	e := newEnv(t, memstore.New(), httplimit.WithIdentify(identify))
 	e.register(t, "k", func(*http.Request) httplimit.Rule { return httplimit.Max(1) })
-	g := newGate()
+	g := newGate(t)
 	h := e.limiters.Must("k")(g)
 	as := func(kind, id string) *http.Request {
 		r := req("192.0.2.1:1")
@@ -328,7 +346,7 @@ func TestDefaultKey(t *testing.T) {
 	if w := do(h, as("user", "1")); w.Code != http.StatusTooManyRequests {
 		t.Fatalf("user:1 twice: %d", w.Code)
 	}
-	close(g.release)
+	g.release.Open()
 	wgUser.Wait()
 	wgAdmin.Wait()
 	wgGuest.Wait()
@@ -353,7 +371,7 @@ func TestInlineAndSharedPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGate()
+	g := newGate(t)
 	routeA := e.limiters.Must("imports")(g)
 	routeB := inline(g)
 	routeC := e.limiters.Must("imports")(http.NotFoundHandler()) // another route, same limiter
@@ -367,8 +385,8 @@ func TestInlineAndSharedPools(t *testing.T) {
 	if w := do(def(http.NotFoundHandler()), req("192.0.2.1:3")); w.Code != http.StatusNotFound {
 		t.Errorf("default pool is not separate: %d", w.Code)
 	}
-	close(g.release)
-	wg.Wait()
+	g.release.Open()
+	wait(t, wg)
 	if e.rec.Count(keycap.SlotAcquired, "default") != 1 {
 		t.Error("inline without a pool name is not counted in \"default\"")
 	}
@@ -379,15 +397,15 @@ func TestWaitForASlot(t *testing.T) {
 	store := &refusals{Store: memstore.New(), refused: make(chan struct{}, 1)}
 	e := newEnv(t, store)
 	e.register(t, "w", func(*http.Request) httplimit.Rule { return httplimit.Max(1).Wait(10 * time.Second) })
-	g := newGate()
+	g := newGate(t)
 	h := e.limiters.Must("w")(g)
 	wg := holding(t, h, g, req("192.0.2.1:1"))
 	got := make(chan int, 1)
 	go func() { got <- do(h, req("192.0.2.1:2")).Code }()
-	<-store.refused  // the second request found the pool full: it waits
-	close(g.release) // the first request ends; the waiter gets its slot
-	wg.Wait()
-	if code := <-got; code != http.StatusOK {
+	testwait.Recv(t, store.refused, 10*time.Second, "the refusal") // the second request found the pool full: it waits
+	g.release.Open()                                               // the first request ends; the waiter gets its slot
+	wait(t, wg)
+	if code := testwait.Recv(t, got, 10*time.Second, "the waiting request"); code != http.StatusOK {
 		t.Fatalf("waiting request: %d", code)
 	}
 	if g.runs.Load() != 2 {
@@ -548,7 +566,7 @@ func TestStreamKeepsItsSlot(t *testing.T) {
 		next <- struct{}{}
 	}
 	close(next)
-	<-done
+	testwait.Recv(t, done, 10*time.Second, "the stream's end")
 	if e.rec.Count(keycap.LeaseLost, "") != 0 {
 		t.Fatal("the stream's lease was lost")
 	}
@@ -592,10 +610,10 @@ func TestClientDisconnectFreesTheSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	testwait.Recv(t, started, 10*time.Second, "the stream's start")
 	cancel()
 	resp.Body.Close()
-	<-returned
+	testwait.Recv(t, returned, 10*time.Second, "the handler's return")
 	waitReleased(t, e.rec, 1)
 	r2, err := http.Get(srv.URL + "/again")
 	if err == nil {

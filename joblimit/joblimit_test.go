@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
@@ -42,7 +44,10 @@ func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job jobtype.Jo
 	go func() {
 		errc <- jl.Run(context.Background(), rule, job, func(context.Context) error {
 			close(running)
-			<-done
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+			}
 			return nil
 		})
 	}()
@@ -50,10 +55,14 @@ func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job jobtype.Jo
 	case <-running:
 	case err := <-errc:
 		t.Fatalf("holding job did not run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("holding job never ran")
 	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(done) }) }) // a failed test leaves no job running
 	return func() {
-		close(done)
-		if err := <-errc; err != nil {
+		once.Do(func() { close(done) })
+		if err := testwait.Recv(t, errc, 10*time.Second, "the holding job's end"); err != nil {
 			t.Error(err)
 		}
 	}

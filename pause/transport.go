@@ -3,9 +3,12 @@ package pause
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keycap/keycap"
@@ -47,6 +50,7 @@ type Transport struct {
 	maxWait    time.Duration
 	anyMethod  bool
 	maxRetries int
+	asResponse bool
 }
 
 // A TransportOption configures a Transport.
@@ -70,6 +74,15 @@ func WithMaxWaitInPlace(d time.Duration) TransportOption {
 // after a throttled response, for APIs that refuse throttled requests before
 // acting on them.
 func WithRetryAnyMethod() TransportOption { return func(t *Transport) { t.anyMethod = true } }
+
+// WithRefusalAsResponse makes a call refused because its API is paused (or
+// over its rate) answer with a 429 made by the transport — never sent — with
+// Retry-After and Retry-After-Ms set to the time left and X-Keycap-Paused
+// naming the API, instead of failing with a *PausedError: for retry
+// libraries that decide on responses (go-retryablehttp, failsafe-go; see
+// packages retryablepause and failsafepause), which then wait the pause out
+// and try again.
+func WithRefusalAsResponse() TransportOption { return func(t *Transport) { t.asResponse = true } }
 
 // WithMaxRetries bounds how many times one request is sent again in place
 // (default DefaultMaxRetries).
@@ -107,6 +120,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := t.await(ctx, api); err != nil {
 			if req.Body != nil {
 				_ = req.Body.Close() // a RoundTripper closes the body, even on error
+			}
+			var pe *PausedError
+			if t.asResponse && errors.As(err, &pe) {
+				return refusal(req, pe), nil
 			}
 			return nil, err
 		}
@@ -173,6 +190,29 @@ func (t *Transport) await(ctx context.Context, api string) error {
 		if err := sleep(ctx, left); err != nil {
 			return err
 		}
+	}
+}
+
+// refusal is the 429 that stands for a call refused unsent (a paused or
+// paced API), with WithRefusalAsResponse.
+func refusal(req *http.Request, pe *PausedError) *http.Response {
+	// Rounded up, and a millisecond more, so that a retry after it finds
+	// the pause over rather than a last sliver of it.
+	ms := (max(time.Until(pe.Until), 0)+time.Millisecond-1)/time.Millisecond + 1
+	h := http.Header{}
+	h.Set("Retry-After", strconv.FormatInt(int64((ms+999)/1000), 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(int64(ms), 10))
+	h.Set("X-Keycap-Paused", pe.API)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	body := pe.Error() + "\n"
+	return &http.Response{
+		Status:     "429 Too Many Requests",
+		StatusCode: http.StatusTooManyRequests,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        h,
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/redisstore"
 )
 
 // slotLocks takes slots the way the PHP seed (laravel-concurrency-limit)
@@ -185,6 +186,70 @@ func BenchmarkPairsVsPing(b *testing.B) {
 			b.ReportMetric(float64(pingTime.Nanoseconds())/float64(pairTime.Nanoseconds()), "pairs/ping")
 			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
 			b.ReportMetric(float64(b.N)/pingTime.Seconds(), "pings/s")
+		})
+	}
+}
+
+// BenchmarkHungRedis measures one decision against a Redis frozen with
+// SIGSTOP, with the Limiter's default decision budget and without one (the
+// client's own timeouts, go-redis's defaults: a 3 s read timeout, retried 3
+// times). Run it with a small -benchtime: the unbudgeted decision takes
+// seconds.
+func BenchmarkHungRedis(b *testing.B) {
+	rp := testenv.StartRedis(b)
+	o := rp.Options()
+	o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 3*time.Second, 3*time.Second, 3
+	c := redis.NewClient(o)
+	defer c.Close()
+	store, _ := redisstore.New(c)
+	ctx := context.Background()
+	lim := keycap.MustLimit("hung", "k", 10)
+	rp.Hang()
+	for _, bc := range []struct {
+		name   string
+		budget time.Duration
+	}{{"budget=250ms", keycap.DefaultBudget}, {"no-budget", time.Hour}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, _ := keycap.NewLimiter(store, keycap.WithDecisionBudget(bc.budget))
+			defer l.Close()
+			for b.Loop() {
+				if ls, err := l.Acquire(ctx, lim); err == nil {
+					ls.Release()
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReplicaAcks measures acquire+release pairs on the 3-master
+// cluster (each master with a replica) with WithReplicaAcks(1, 1s) and
+// without, in the same run.
+func BenchmarkReplicaAcks(b *testing.B) {
+	c := testenv.RedisCluster(b)
+	prefix := testenv.Prefix(b, c)
+	plain, _ := redisstore.New(c, redisstore.WithPrefix(prefix))
+	acked, _ := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithReplicaAcks(1, time.Second))
+	ctx := context.Background()
+	pools := make([]keycap.PoolID, 64)
+	for i := range pools {
+		pools[i] = keycap.NewPoolID("acks", fmt.Sprint(i))
+	}
+	pair := func(s *redisstore.Store) func(int) error {
+		return func(w int) error {
+			o := keycap.NewOwner()
+			ok, err := s.Acquire(ctx, pools[w%len(pools)], o, 1000, time.Minute)
+			if err != nil || !ok {
+				return fmt.Errorf("acquire: %v %v", ok, err)
+			}
+			return s.Release(ctx, pools[w%len(pools)], o)
+		}
+	}
+	for _, g := range []int{1, 8} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			t := testenv.Alternate(b, g, 200, 50, pair(plain), pair(acked))
+			b.ReportMetric(float64(t[0])/float64(t[1]), "acked-pairs/plain-pairs")
+			b.ReportMetric(float64(t[1].Microseconds())/float64(b.N), "acked-us/pair")
+			b.ReportMetric(float64(t[0].Microseconds())/float64(b.N), "plain-us/pair")
 		})
 	}
 }

@@ -170,3 +170,64 @@ func TestNewRequiresContextTimeouts(t *testing.T) {
 		t.Fatal("a cluster client without ContextTimeoutEnabled accepted")
 	}
 }
+
+// TestHungRedisCostsTheBudget: a Redis that accepts and never answers (here
+// frozen with SIGSTOP) costs each decision its budget, then the fail mode
+// applies — open: the caller runs; closed: it is refused — and the outage is
+// reported once, however many decisions meet it. Without a budget (the
+// client's own timeouts: a 3 s read timeout, retried) the same decision
+// takes seconds.
+func TestHungRedisCostsTheBudget(t *testing.T) {
+	t.Parallel()
+	rp := testenv.StartRedis(t)
+	o := rp.Options()
+	o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 3*time.Second, 3*time.Second, 3 // go-redis's defaults
+	c := redis.NewClient(o)
+	defer c.Close()
+	store, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &keycaptest.Recorder{}
+	l, err := keycap.NewLimiter(store, keycap.WithObserver(rec)) // default budget
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	open := keycap.MustLimit("hung", "open", 10)
+	closed := keycap.MustLimit("hung", "closed", 10, keycap.WithFailMode(keycap.FailClosed))
+	if ls, err := l.Acquire(ctx, open); err != nil {
+		t.Fatal(err)
+	} else {
+		ls.Release()
+	}
+	rp.Hang()
+	var worst time.Duration
+	for i := range 10 {
+		lim := open
+		if i%2 == 1 {
+			lim = closed
+		}
+		start := time.Now()
+		ls, err := l.Acquire(ctx, lim)
+		took := time.Since(start)
+		worst = max(worst, took)
+		switch {
+		case lim == open && (err != nil || ls.Guarded()):
+			t.Fatalf("fail open: %v, guarded %v", err, err == nil && ls.Guarded())
+		case lim == closed && !errors.Is(err, keycap.ErrStoreUnavailable):
+			t.Fatalf("fail closed: %v", err)
+		}
+		if ls != nil {
+			ls.Release() // within its own budget too
+		}
+	}
+	t.Logf("the slowest of 10 decisions on a hung Redis took %s (budget %s)", worst, keycap.DefaultBudget)
+	if worst > keycap.DefaultBudget+300*time.Millisecond {
+		t.Errorf("a decision on a hung Redis took %s, past its budget of %s", worst, keycap.DefaultBudget)
+	}
+	if n := rec.Count(keycap.StoreFailed, ""); n != 1 {
+		t.Errorf("StoreFailed reported %d times for one outage, want 1", n)
+	}
+}

@@ -10,7 +10,10 @@
 // # What is throttled
 //
 // A 429 always is. A 503 (or Anthropic's 529) is when it carries a hint: one
-// without is an ordinary server error. A 403 is when it says so, as GitHub
+// without is an ordinary server error. Any other 5xx is when it carries a
+// Retry-After (or Retry-After-Ms): the server asked to be left alone for
+// that long, whatever its status, so the hint is honoured; other hints on a
+// 500 (a reset header) are not, since they describe a quota, not the error. A 403 is when it says so, as GitHub
 // does: X-RateLimit-Remaining: 0, a Retry-After, or a body that speaks of a
 // rate limit ("secondary rate limit", "API rate limit exceeded"). A throttled
 // response with no usable hint waits Parser.Default (60 s).
@@ -24,8 +27,11 @@
 //
 //  1. Retry-After-Ms: milliseconds, decimals allowed (OpenAI's SDKs).
 //  2. Retry-After: whole or decimal seconds ("2", "2.0", "2.542", rounded up
-//     to the next whole second, never down), or an HTTP date in any of its
-//     three forms (IMF-fixdate, RFC 850, asctime); a past date means now.
+//     to the next whole second, never down), an HTTP date in any of its
+//     three forms (IMF-fixdate, RFC 850, asctime), or an RFC 3339 / ISO 8601
+//     time, as X-RateLimit-Reset accepts; a past date means now. A response
+//     with several (several header lines, or a list of numbers) waits the
+//     longest.
 //  3. The IETF RateLimit fields, every generation: RateLimit as a list
 //     ("default";r=0;t=30, draft -08 and later: t of the policies with r=0,
 //     else the largest t), RateLimit as a dictionary (limit=100, remaining=0,
@@ -120,6 +126,10 @@ func Parse(status int, h http.Header, body []byte) Hint {
 func (p Parser) Parse(status int, h http.Header, body []byte) Hint {
 	switch {
 	case status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable, status == 529, status == http.StatusForbidden:
+	case status >= 500 && status < 600:
+		if h.Get("Retry-After") == "" && h.Get("Retry-After-Ms") == "" {
+			return Hint{}
+		}
 	case status >= 200 && status < 400:
 		if len(h) == 0 {
 			return Hint{}
@@ -170,6 +180,10 @@ func throttledStatus(status int, h http.Header, body []byte, hinted bool) bool {
 		return true
 	case http.StatusServiceUnavailable, 529:
 		return hinted
+	default:
+		if status >= 500 && status < 600 {
+			return hinted // Parse only gets here with a Retry-After
+		}
 	case http.StatusForbidden:
 		if remaining(h, "X-Ratelimit-Remaining") == 0 || remaining(h, "X-Rate-Limit-Remaining") == 0 || h.Get("Retry-After") != "" {
 			return true
@@ -200,10 +214,8 @@ func (p Parser) wait(h http.Header, body []byte, now time.Time) (time.Duration, 
 			return ceilDuration(f * float64(time.Millisecond)), "Retry-After-Ms", true
 		}
 	}
-	if v := h.Get("Retry-After"); v != "" {
-		if d, ok := retryAfter(v, now); ok {
-			return d, "Retry-After", true
-		}
+	if d, ok := longestRetryAfter(h.Values("Retry-After"), now); ok {
+		return d, "Retry-After", true
 	}
 	if d, src, ok := rateLimitFields(h, false); ok {
 		return d, src, true
@@ -255,14 +267,45 @@ func exhausted(h http.Header, now time.Time) (time.Duration, string, bool) {
 	return vendorResets(h, now, true)
 }
 
-// retryAfter parses a Retry-After value: seconds (decimals rounded up) or an
-// HTTP date.
+// longestRetryAfter returns the longest of the usable Retry-After values: a
+// response that sends several means at least the longest.
+func longestRetryAfter(values []string, now time.Time) (time.Duration, bool) {
+	var best time.Duration
+	found := false
+	for _, v := range values {
+		for _, part := range retryAfterParts(v) {
+			if d, ok := retryAfter(part, now); ok && (!found || d > best) {
+				best, found = d, true
+			}
+		}
+	}
+	return best, found
+}
+
+// retryAfterParts splits a Retry-After line that is a list of numbers
+// ("120, 60"); any other line, a date with its comma among them, is one
+// value.
+func retryAfterParts(v string) []string {
+	parts := strings.Split(v, ",")
+	if len(parts) == 1 {
+		return parts
+	}
+	for _, p := range parts {
+		if _, ok := number(strings.TrimSpace(p)); !ok {
+			return []string{v}
+		}
+	}
+	return parts
+}
+
+// retryAfter parses a Retry-After value: seconds (decimals rounded up), an
+// HTTP date, or an RFC 3339 / ISO 8601 time.
 func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if f, ok := number(v); ok {
 		return seconds(f), true
 	}
-	if t, err := http.ParseTime(v); err == nil {
+	if t, ok := parseTime(v); ok {
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false

@@ -84,7 +84,11 @@ func benchJobs(b *testing.B, store string, work time.Duration) {
 			b.Fatal(err)
 		}
 		for range n {
-			<-done[queue]
+			select {
+			case <-done[queue]:
+			case <-time.After(time.Minute):
+				b.Fatalf("a job of queue %s never finished", queue)
+			}
 		}
 		return time.Since(t0)
 	}

@@ -34,49 +34,151 @@ import (
 // t.Cleanup.
 type Namespace func(t *testing.T) (open func() keycap.Store)
 
-// Options tune the suite for slow stores.
-type Options struct {
-	// ContentionTime is how long the "never over max" test runs. Default 3 s.
-	ContentionTime time.Duration
+// An Option tunes the suite.
+type Option func(*config)
+
+type config struct {
+	contention   time.Duration
+	grantsAll    bool
+	grantsAllWhy string
+}
+
+// WithContentionTime sets how long the "never over max" test runs (default
+// 3 s), for slow stores.
+func WithContentionTime(d time.Duration) Option { return func(c *config) { c.contention = d } }
+
+// GrantsEverything says that the store turns limits off (nullstore): it
+// grants every slot and keeps nothing. The suite then checks what such a
+// store must still do — answer every call without an error, grant every
+// acquire and renewal, pause and pace nothing, let a Limiter on it work with
+// balanced events — and skips, saying why, the tests of what it does not do
+// (refusing past max, expiry, marks' ages, pauses).
+func GrantsEverything(why string) Option {
+	return func(c *config) { c.grantsAll, c.grantsAllWhy = true, why }
 }
 
 // Run runs the conformance suite.
-func Run(t *testing.T, ns Namespace, opts ...Options) {
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	if o.ContentionTime == 0 {
-		o.ContentionTime = 3 * time.Second
+func Run(t *testing.T, ns Namespace, opts ...Option) {
+	c := config{contention: 3 * time.Second}
+	for _, o := range opts {
+		o(&c)
 	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, open func() keycap.Store)
+		caps bool // needs a store that keeps leases and refuses past max
 	}{
-		{"GrantsUpToMaxThenRefuses", testGrantsUpToMax},
-		{"SameOwnerIsGrantedOnce", testSameOwner},
-		{"ExpiryFreesSlot", testExpiry},
-		{"StaleReleaseDoesNothing", testStaleRelease},
-		{"ReleaseIsIdempotent", testReleaseIdempotent},
-		{"RenewExtends", testRenewExtends},
-		{"RenewAfterExpiryReportsLost", testRenewLost},
-		{"RenewBatchMixed", testRenewBatch},
-		{"LoweringAndRaisingMax", testChangeMax},
-		{"ThousandPools", testManyPools},
-		{"BinaryAndHugeKeys", testKeys},
-		{"LimiterKeepsLeaseAlive", testKeepAlive},
-		{"Marks", testMarks},
-		{"Pauses", testPauses},
-		{"Pacing", testPacing},
-		{"NodeSync", testSync},
+		{"GrantsUpToMaxThenRefuses", testGrantsUpToMax, true},
+		{"SameOwnerIsGrantedOnce", testSameOwner, true},
+		{"ExpiryFreesSlot", testExpiry, true},
+		{"StaleReleaseDoesNothing", testStaleRelease, true},
+		{"ReleaseIsIdempotent", testReleaseIdempotent, true},
+		{"RenewExtends", testRenewExtends, true},
+		{"RenewAfterExpiryReportsLost", testRenewLost, true},
+		{"RenewBatchMixed", testRenewBatch, true},
+		{"LoweringAndRaisingMax", testChangeMax, true},
+		{"ThousandPools", testManyPools, true},
+		{"BinaryAndHugeKeys", testKeys, true},
+		{"LimiterKeepsLeaseAlive", testKeepAlive, true},
+		{"Marks", testMarks, true},
+		{"Pauses", testPauses, true},
+		{"Pacing", testPacing, true},
+		{"NodeSync", testSync, true},
 		{"NeverOverMaxUnderContention", func(t *testing.T, open func() keycap.Store) {
-			testContention(t, open, o.ContentionTime)
-		}},
+			testContention(t, open, c.contention)
+		}, true},
+		{"GrantsEverything", testGrantsEverything, false},
 	}
 	for _, tc := range tests {
+		if !tc.caps && !c.grantsAll {
+			continue // only for stores that turn limits off
+		}
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.caps && c.grantsAll {
+				t.Skipf("does not apply: the store grants everything (%s)", c.grantsAllWhy)
+			}
 			tc.fn(t, ns(t))
 		})
+	}
+}
+
+// testGrantsEverything checks a store that turns limits off: every call
+// answers, every acquire past any max and every renewal is granted, nothing
+// is paused or paced, and a Limiter on it grants and reports balanced
+// events.
+func testGrantsEverything(t *testing.T, open func() keycap.Store) {
+	s := open()
+	p := pool("all")
+	owners := make([]keycap.Owner, 50)
+	for i := range owners {
+		owners[i] = keycap.NewOwner()
+		mustAcquire(t, s, p, owners[i], 1, time.Minute, true)
+	}
+	batch := make([]keycap.Renewal, len(owners))
+	for i, o := range owners {
+		batch[i] = keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute}
+	}
+	for _, r := range renew(t, s, batch...) {
+		if r.Lost {
+			t.Fatal("Renew reported a lease lost")
+		}
+	}
+	for _, o := range owners {
+		mustRelease(t, s, p, o)
+		mustRelease(t, s, p, o)
+	}
+	if pz, ok := s.(keycap.Pauser); ok {
+		if _, err := pz.Pause(ctx(t), p, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if left, err := pz.Paused(ctx(t), p); err != nil || left != 0 {
+			t.Fatalf("Paused = %v, %v: a store that turns limits off pauses nothing", left, err)
+		}
+	}
+	if pc, ok := s.(keycap.Pacer); ok {
+		for range 100 {
+			if wait, err := pc.Pace(ctx(t), p, keycap.Rate{Events: 1, Period: time.Hour, Burst: 1}); err != nil || wait != 0 {
+				t.Fatalf("Pace = %v, %v: a store that turns limits off paces nothing", wait, err)
+			}
+		}
+	}
+	if m, ok := s.(keycap.Marker); ok {
+		if _, _, err := m.Mark(ctx(t), p, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sy, ok := s.(keycap.Syncer); ok {
+		if err := sy.Sync(ctx(t), keycap.NewNodeID("n"), time.Minute, []keycap.SyncPool{{Pool: p, Members: owners[:2]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var acquired, released atomic.Int64
+	l, err := keycap.NewLimiter(s, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		switch e.Kind {
+		case keycap.SlotAcquired:
+			acquired.Add(1)
+		case keycap.SlotReleased:
+			released.Add(1)
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lim := keycap.MustLimit("all", "k", 1)
+	var leases []*keycap.Lease
+	for range 10 {
+		ls, err := l.Acquire(ctx(t), lim)
+		if err != nil {
+			t.Fatalf("Acquire past max: %v", err)
+		}
+		leases = append(leases, ls)
+	}
+	for _, ls := range leases {
+		ls.Release()
+	}
+	if a, r := acquired.Load(), released.Load(); a != 10 || r != 10 {
+		t.Fatalf("events: %d acquired, %d released; want 10 and 10", a, r)
 	}
 }
 

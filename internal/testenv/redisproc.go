@@ -98,3 +98,20 @@ func (p *RedisProcess) Options() *redis.Options {
 
 // String returns the server's address.
 func (p *RedisProcess) String() string { return fmt.Sprintf("redis-server %s", p.Addr) }
+
+// Hang freezes the server (SIGSTOP): it keeps its connections and accepts
+// new ones in the kernel's backlog, but answers nothing — a hung Redis.
+// Resume undoes it; the test's cleanup resumes it too.
+func (p *RedisProcess) Hang() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		p.t.Cleanup(p.Resume)
+	}
+}
+
+// Resume lets a hung server go on (SIGCONT).
+func (p *RedisProcess) Resume() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}

@@ -1,0 +1,17 @@
+package nullstore_test
+
+import (
+	"testing"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/nullstore"
+	"github.com/keycap/keycap/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() keycap.Store {
+		s := nullstore.New()
+		return func() keycap.Store { return s }
+	}, storetest.GrantsEverything("nullstore turns limits off"))
+}
