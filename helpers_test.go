@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
 
 // faultStore wraps a real store and can make it fail, block or lose leases,
 // and counts the calls that reach it.

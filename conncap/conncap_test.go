@@ -10,19 +10,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/redisstore"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
-}
+func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
 
 // backend opens stores of one fresh namespace: each call is a node with its
 // own client.

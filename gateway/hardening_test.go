@@ -293,7 +293,7 @@ func TestMissingKeysNeverAnswer500(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	srv, _ := inProcess(t, fmt.Sprintf(`upstream: %s
+	srv, logs := inProcess(t, fmt.Sprintf(`upstream: %s
 jwt: {hs256_secret: %s}
 routes:
   - name: reports
@@ -350,8 +350,13 @@ routes:
 	if code, _, body := doGet(srv.URL+"/export", "Authorization", token(jwt.MapClaims{"sub": "42", "tenant_id": "7"})); code != 200 {
 		t.Fatalf("user 42 of tenant 7: %d %q while tenant 42 is full", code, body)
 	}
-	if code, _, _ := doGet(srv.URL+"/export", "Authorization", token(jwt.MapClaims{"sub": "c", "tenant_id": "42"})); code != 429 {
+	if code, _, _ := doGet(srv.URL+"/export", "Authorization", token(jwt.MapClaims{"sub": "c", "tenant_id": "42"}), "X-Request-Id", "refused-1"); code != 429 {
 		t.Fatalf("a third request of tenant 42: %d, want 429", code)
+	}
+	// The refusal is logged with the request's id and its route.
+	l := logs.String()
+	if !strings.Contains(l, `"msg":"keycap: request refused","route":"exports","request_id":"refused-1"`) {
+		t.Errorf("no refusal log line with the route and the request id:\n%s", l)
 	}
 }
 

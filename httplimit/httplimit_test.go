@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
 	"github.com/keycap/keycap/internal/testwait"
@@ -24,7 +22,7 @@ import (
 	"github.com/keycap/keycap/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
 
 type env struct {
 	limiter  *keycap.Limiter

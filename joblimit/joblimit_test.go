@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/joblimit"
@@ -18,7 +16,7 @@ import (
 	"github.com/keycap/keycap/memstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
 
 func newLimiter(t *testing.T, store keycap.Store) (*joblimit.Limiter, *keycaptest.Recorder) {
 	t.Helper()

@@ -13,18 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testwait"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pause"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
-}
+func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
 
 // vendor is a test API: it answers each request with the next scripted
 // response (the last one repeats), and counts requests.
@@ -504,5 +501,24 @@ func TestPaceJob(t *testing.T) {
 	}
 	if err := ps.PaceJob(ctx, "unpaced", job, work); err != nil || ran != 2 {
 		t.Fatalf("an API without a rate: %v", err)
+	}
+}
+
+// TestEmptyAPINameIsAnError: a request whose API name is empty would share
+// one pause with every other nameless request: it is refused, unsent, with
+// an error that says so.
+func TestEmptyAPINameIsAnError(t *testing.T) {
+	t.Parallel()
+	ps, _ := newPauses(t, memstore.New())
+	v := newVendor(t, ok)
+	c := client(ps, pause.WithAPIName(func(*http.Request) string { return "" }))
+	if _, _, err := get(t, c, v.URL); !errors.Is(err, pause.ErrNoAPIName) {
+		t.Fatalf("a request without an API name: %v, want ErrNoAPIName", err)
+	}
+	if v.requests.Load() != 0 {
+		t.Fatal("a request without an API name was sent")
+	}
+	if err := ps.RunJob(context.Background(), "", jobtype.Job{Kind: "k", ID: "1"}, func(context.Context) error { return nil }); !errors.Is(err, pause.ErrNoAPIName) {
+		t.Fatalf("RunJob without an API name: %v", err)
 	}
 }

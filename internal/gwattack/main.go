@@ -136,18 +136,26 @@ func (g *gateway) rss() float64 {
 	return 0
 }
 
-// open counts the connections the server has not closed: a read that times
-// out is a connection still open.
+// open counts the connections the server has not closed: a connection
+// whose reads end in a time-out, not in EOF, is still open (what it had to
+// say, a 408, say, is read first).
 func open(conns []net.Conn) int {
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Go(func() {
 			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			k, err := c.Read(make([]byte, 4096))
-			var ne net.Error
-			if k > 0 || (errors.As(err, &ne) && ne.Timeout()) {
-				n.Add(1) // still open: data, or nothing yet
+			buf := make([]byte, 4096)
+			for {
+				_, err := c.Read(buf)
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					n.Add(1)
+					return
+				}
+				if err != nil {
+					return // closed
+				}
 			}
 		})
 	}

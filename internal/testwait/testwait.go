@@ -5,6 +5,10 @@
 package testwait
 
 import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,3 +70,55 @@ func (g *Gate) Wait(d time.Duration) bool {
 
 // C returns the channel that closes when the gate opens.
 func (g *Gate) C() <-chan struct{} { return g.ch }
+
+// VerifyNoLeaks runs the tests of m and then fails the run if goroutines
+// started by keycap's own code (any stack frame under the module path, this
+// package's aside) are still running 5 s after the last test: a goroutine
+// that outlives the value that started it. Use it as TestMain:
+//
+//	func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
+func VerifyNoLeaks(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaks := waitLeaks(5 * time.Second); len(leaks) > 0 {
+			fmt.Fprintf(os.Stderr, "testwait: %d goroutines of keycap's code outlived the tests:\n\n%s\n", len(leaks), strings.Join(leaks, "\n\n"))
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// waitLeaks returns the stacks of keycap's goroutines still running after
+// up to d.
+func waitLeaks(d time.Duration) []string {
+	deadline := time.Now().Add(d)
+	for {
+		leaks := ownGoroutines()
+		if len(leaks) == 0 || time.Now().After(deadline) {
+			return leaks
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ownGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var own []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "internal/testwait.") {
+			continue // this check, and the main goroutine running it
+		}
+		if strings.Contains(g, "github.com/keycap/keycap") && !strings.Contains(g, "_test.") {
+			own = append(own, g)
+		}
+	}
+	return own
+}
