@@ -51,16 +51,16 @@ type Limiter struct {
 }
 
 // An Option configures a Limiter.
-type Option func(*Limiter)
+type Option struct{ apply func(*Limiter) }
 
 // WithObserver sends the Limiter's events to o. Combine several with
 // Observers.
-func WithObserver(o Observer) Option { return func(l *Limiter) { l.observer = o } }
+func WithObserver(o Observer) Option { return Option{func(l *Limiter) { l.observer = o }} }
 
 // WithDefaultFailMode sets the fail mode of limits that have none
 // (FailDefault). The default is FailOpen: keycap is a fairness tool, and a
 // store outage should not take the service down with it.
-func WithDefaultFailMode(m FailMode) Option { return func(l *Limiter) { l.failMode = m } }
+func WithDefaultFailMode(m FailMode) Option { return Option{func(l *Limiter) { l.failMode = m }} }
 
 // WithDecisionBudget sets how long any store call may take before the store
 // counts as failed for it (default DefaultBudget): a store that is slow, hung
@@ -70,12 +70,12 @@ func WithDefaultFailMode(m FailMode) Option { return func(l *Limiter) { l.failMo
 //
 // The budget works through the context given to the store: redisstore needs
 // a client with ContextTimeoutEnabled (it checks), pgstore always honours it.
-func WithDecisionBudget(d time.Duration) Option { return func(l *Limiter) { l.budget = d } }
+func WithDecisionBudget(d time.Duration) Option { return Option{func(l *Limiter) { l.budget = d }} }
 
 // WithRecoverAfter sets how long a partition of the store must answer
 // without a failure before its outage is reported over (default
 // DefaultRecoverAfter). At least 1 ms.
-func WithRecoverAfter(d time.Duration) Option { return func(l *Limiter) { l.outages.quiet = d } }
+func WithRecoverAfter(d time.Duration) Option { return Option{func(l *Limiter) { l.outages.quiet = d }} }
 
 // NewLimiter returns a Limiter over store. A nil store is an error.
 func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
@@ -85,7 +85,9 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	l := &Limiter{store: store, failMode: FailOpen, budget: DefaultBudget, base: time.Now(), poll: pollInterval}
 	l.outages.quiet = DefaultRecoverAfter
 	for _, o := range opts {
-		o(l)
+		if o.apply != nil {
+			o.apply(l)
+		}
 	}
 	switch l.failMode {
 	case FailOpen, FailClosed:

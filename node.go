@@ -18,12 +18,12 @@ const DefaultHeartbeat = 30 * time.Second
 // nodes sharing a store. Default: the host name, the process ID and a random
 // suffix, so that a restarted node never mistakes its predecessor's members
 // for its own.
-func WithNode(name string) Option { return func(l *Limiter) { l.nodeName = name } }
+func WithNode(name string) Option { return Option{func(l *Limiter) { l.nodeName = name }} }
 
 // WithHeartbeat sets how often the node's heartbeat renews its member leases
 // and drops its ghosts (default DefaultHeartbeat). A member limit's TTL must
 // exceed it.
-func WithHeartbeat(d time.Duration) Option { return func(l *Limiter) { l.nodes.interval = d } }
+func WithHeartbeat(d time.Duration) Option { return Option{func(l *Limiter) { l.nodes.interval = d }} }
 
 // AcquireAs is Acquire for a lease that belongs to this node as its member
 // named member — a WebSocket connection, say, that lives as long as the

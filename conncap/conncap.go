@@ -84,7 +84,7 @@ type conn struct {
 }
 
 // An Option configures a Cap.
-type Option func(*config)
+type Option struct{ apply func(*config) }
 
 type config struct {
 	defaultCap int
@@ -99,28 +99,28 @@ type config struct {
 // WithDefaultCap sets the cap of apps without their own (WithAppCap): the
 // most connections one user may hold at once. 0 disables capping. Default
 // DefaultCap.
-func WithDefaultCap(n int) Option { return func(c *config) { c.defaultCap = n } }
+func WithDefaultCap(n int) Option { return Option{func(c *config) { c.defaultCap = n }} }
 
 // WithAppCap sets the cap of one app. 0 disables capping for it.
 func WithAppCap(app string, n int) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if n < 0 && c.badApp == "" {
 			c.badApp, c.badCap = app, n
 		}
 		c.appCaps[app] = n
-	}
+	}}
 }
 
 // WithTTL sets how long the store keeps a connection that is not renewed
 // (default DefaultTTL): how long a dead node's connections keep counting. It
 // must exceed the Limiter's heartbeat.
-func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+func WithTTL(d time.Duration) Option { return Option{func(c *config) { c.ttl = d }} }
 
 // WithFailMode sets what Admit does when the store cannot answer:
 // keycap.FailClosed (the default) refuses the connection;
 // keycap.FailOpen admits it uncounted, and the first heartbeat after the
 // store recovers counts it.
-func WithFailMode(m keycap.FailMode) Option { return func(c *config) { c.fail = m } }
+func WithFailMode(m keycap.FailMode) Option { return Option{func(c *config) { c.fail = m }} }
 
 // WithLiveness lets the Cap ask the server, every heartbeat, which
 // connections are still open: a connection held for longer than one
@@ -128,7 +128,7 @@ func WithFailMode(m keycap.FailMode) Option { return func(c *config) { c.fail = 
 // a safety net for servers whose close hooks can be missed (centrifugecap.Live
 // uses a centrifuge node's hub); Leave still frees slots at once.
 func WithLiveness(live func(app, user, conn string) bool) Option {
-	return func(c *config) { c.live = live }
+	return Option{func(c *config) { c.live = live }}
 }
 
 // New returns a Cap whose connections are member leases of limiter's node.
@@ -143,7 +143,9 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
 	}
 	c := config{defaultCap: DefaultCap, appCaps: map[string]int{}, ttl: DefaultTTL, fail: keycap.FailClosed}
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	invalid := func(field, value, reason string) error {
 		return &keycap.InvalidLimitError{Field: field, Value: value, Reason: reason}

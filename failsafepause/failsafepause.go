@@ -36,14 +36,14 @@ import (
 const DefaultMaxWait = 30 * time.Second
 
 // An Option configures the policy builder.
-type Option func(*config)
+type Option struct{ apply func(*config) }
 
 type config struct{ maxWait time.Duration }
 
 // WithMaxWait sets the longest throttled wait the policy retries after
 // (default DefaultMaxWait); a longer one aborts, handing the throttled
 // response back.
-func WithMaxWait(d time.Duration) Option { return func(c *config) { c.maxWait = d } }
+func WithMaxWait(d time.Duration) Option { return Option{func(c *config) { c.maxWait = d }} }
 
 // DelayFunc returns a failsafe-go delay function that waits what a throttled
 // response asks (every form package retryafter reads), and -1 (the policy's
@@ -65,7 +65,9 @@ func DelayFunc(ps *pause.Pauses) failsafe.DelayFunc[*http.Response] {
 func NewRetryPolicyBuilder(ps *pause.Pauses, opts ...Option) retrypolicy.Builder[*http.Response] {
 	c := config{maxWait: DefaultMaxWait}
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	return failsafehttp.NewRetryPolicyBuilder().
 		WithDelayFunc(DelayFunc(ps)).

@@ -40,41 +40,36 @@ type Limiters struct {
 	funcs atomic.Pointer[map[string]LimitFunc] // copy on write: requests read it without a lock
 }
 
-// An Option configures Limiters.
-type Option func(*Limiters) error
+// An Option configures Limiters; the With functions make them, and New
+// checks them.
+type Option struct{ apply func(*config) }
+
+type config struct {
+	identify    func(*http.Request) (Identity, bool)
+	identifySet bool
+	clientIP    ClientIP
+	log         *slog.Logger
+	logSet      bool
+	onRefuse    func(r *http.Request, limiter string, err error)
+	onRefuseSet bool
+}
 
 // WithIdentify sets how the default key finds the authenticated caller: fn
 // reads whatever the application's authentication middleware put in the
 // request (its context, usually) and reports false for a guest. Guests are
 // counted by client IP.
 func WithIdentify(fn func(*http.Request) (Identity, bool)) Option {
-	return func(ls *Limiters) error {
-		if fn == nil {
-			return errors.New("httplimit: WithIdentify: fn is nil")
-		}
-		ls.identify = fn
-		return nil
-	}
+	return Option{func(c *config) { c.identify, c.identifySet = fn, true }}
 }
 
 // WithClientIP sets how the client's IP address is found for guests' default
 // key (see NewClientIP). Default: the connection's remote address, proxy
 // headers ignored.
-func WithClientIP(c ClientIP) Option {
-	return func(ls *Limiters) error { ls.clientIP = c; return nil }
-}
+func WithClientIP(ip ClientIP) Option { return Option{func(c *config) { c.clientIP = ip }} }
 
 // WithLogger sets where requests that fail because of the application's own
 // limiter code (an invalid limit) are logged. Default slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(ls *Limiters) error {
-		if l == nil {
-			return errors.New("httplimit: WithLogger: logger is nil")
-		}
-		ls.log = l
-		return nil
-	}
-}
+func WithLogger(l *slog.Logger) Option { return Option{func(c *config) { c.log, c.logSet = l, true }} }
 
 // WithOnRefuse calls fn for every request the middleware refuses — over a
 // limit (err matches keycap.ErrLimitExceeded) or for a store failure with a
@@ -82,13 +77,7 @@ func WithLogger(l *slog.Logger) Option {
 // is written, with the limiter's name: a place to log the refusal with the
 // request's own details (its ID, its route).
 func WithOnRefuse(fn func(r *http.Request, limiter string, err error)) Option {
-	return func(ls *Limiters) error {
-		if fn == nil {
-			return errors.New("httplimit: WithOnRefuse: fn is nil")
-		}
-		ls.onRefuse = fn
-		return nil
-	}
+	return Option{func(c *config) { c.onRefuse, c.onRefuseSet = fn, true }}
 }
 
 // New returns an empty set of named limiters that take their slots from
@@ -97,12 +86,21 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Limiters, error) {
 	if limiter == nil {
 		return nil, errors.New("httplimit: New: limiter is nil")
 	}
-	ls := &Limiters{limiter: limiter, log: slog.Default()}
+	c := config{log: slog.Default()}
 	for _, o := range opts {
-		if err := o(ls); err != nil {
-			return nil, err
+		if o.apply != nil {
+			o.apply(&c)
 		}
 	}
+	switch {
+	case c.identifySet && c.identify == nil:
+		return nil, errors.New("httplimit: WithIdentify: the function is nil")
+	case c.logSet && c.log == nil:
+		return nil, errors.New("httplimit: WithLogger: the logger is nil")
+	case c.onRefuseSet && c.onRefuse == nil:
+		return nil, errors.New("httplimit: WithOnRefuse: the function is nil")
+	}
+	ls := &Limiters{limiter: limiter, identify: c.identify, clientIP: c.clientIP, log: c.log, onRefuse: c.onRefuse}
 	ls.funcs.Store(&map[string]LimitFunc{})
 	return ls, nil
 }

@@ -52,7 +52,7 @@ func New(l *keycap.Limiter) (*Limiter, error) {
 // with a rule that fails open runs work without a slot.
 func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work func(context.Context) error) error {
 	pool, key := rule.Pool(job.Kind), rule.Key()
-	lim, err := keycap.NewLimit(pool, key, rule.limit, keycap.WithFamily(keycap.FamilyJob),
+	lim, err := keycap.NewLimit(pool, key, rule.max, keycap.WithFamily(keycap.FamilyJob),
 		keycap.WithTTL(rule.slotTTL(job.Timeout)), keycap.WithFailMode(rule.fail), keycap.WithBudget(rule.budget))
 	if err != nil {
 		return err

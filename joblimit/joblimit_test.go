@@ -94,7 +94,7 @@ func TestNewRuleNamesTheInvalidField(t *testing.T) {
 	if _, err := joblimit.NewRule("k", -1); err == nil {
 		t.Error("negative limit accepted")
 	}
-	if r := joblimit.MustRule("outlook", 4, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Limit() != 4 {
+	if r := joblimit.MustRule("outlook", 4, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Max() != 4 {
 		t.Errorf("rule %v key %q", r, r.Key())
 	}
 }

@@ -22,10 +22,10 @@ const (
 	DefaultBudget = 2 * time.Second
 )
 
-// Rule lets at most Limit jobs run at once per key. Build it with NewRule.
+// Rule lets at most Max jobs run at once per key. Build it with NewRule.
 type Rule struct {
 	key          string
-	limit        int
+	max          int
 	releaseAfter time.Duration
 	releaseAt    time.Time
 	jitter       time.Duration
@@ -41,54 +41,54 @@ type Rule struct {
 }
 
 // An Option sets an optional field of a Rule.
-type Option func(*Rule)
+type Option struct{ apply func(*Rule) }
 
 // WithReleaseAfter sets how long a job that finds no free slot waits in the
 // queue before its next try. Default DefaultReleaseAfter, plus jitter.
 func WithReleaseAfter(d time.Duration) Option {
-	return func(r *Rule) { r.releaseAfter, r.releaseAt = d, time.Time{} }
+	return Option{func(r *Rule) { r.releaseAfter, r.releaseAt = d, time.Time{} }}
 }
 
 // WithReleaseAt releases a job that finds no free slot until t (no jitter is
 // added unless WithJitter says so).
 func WithReleaseAt(t time.Time) Option {
-	return func(r *Rule) { r.releaseAt = t }
+	return Option{func(r *Rule) { r.releaseAt = t }}
 }
 
 // WithJitter adds a random delay from 0 to d to each release, so that jobs
 // refused together do not come back together. Default: half the release
 // delay, none with WithReleaseAt.
-func WithJitter(d time.Duration) Option { return func(r *Rule) { r.jitter, r.jitterSet = d, true } }
+func WithJitter(d time.Duration) Option { return Option{func(r *Rule) { r.jitter, r.jitterSet = d, true }} }
 
 // WithSkip drops a job that finds no free slot instead of releasing it: River
 // cancels it, asynq revokes it. An explicit opt-in; skipped jobs are reported
 // as refusals (keycap.LimitExceeded).
-func WithSkip() Option { return func(r *Rule) { r.skip = true } }
+func WithSkip() Option { return Option{func(r *Rule) { r.skip = true }} }
 
 // WithTTL sets the slot TTL: how soon the slot of a job whose worker died
 // frees itself. Default: the job's timeout plus TTLMargin, or DefaultTTL when
 // the timeout is unknown. At least keycap.MinTTL (0 is invalid, as for
 // keycap.WithTTL). A running job's slot is renewed, so a job that runs longer
 // never loses its slot.
-func WithTTL(d time.Duration) Option { return func(r *Rule) { r.ttl, r.ttlSet = d, true } }
+func WithTTL(d time.Duration) Option { return Option{func(r *Rule) { r.ttl, r.ttlSet = d, true }} }
 
 // WithSharedPool counts every job kind that uses the same key (and prefix) in
 // one pool, named "job". By default each kind has its own pools, named
 // "job:<kind>".
-func WithSharedPool() Option { return func(r *Rule) { r.shared = true } }
+func WithSharedPool() Option { return Option{func(r *Rule) { r.shared = true }} }
 
 // WithPrefix puts prefix before the key, to tell pools apart.
-func WithPrefix(prefix string) Option { return func(r *Rule) { r.prefix = prefix } }
+func WithPrefix(prefix string) Option { return Option{func(r *Rule) { r.prefix = prefix }} }
 
 // WithFailMode sets what happens when the store fails: keycap.FailOpen runs
 // the job without a slot, keycap.FailClosed releases it (or skips it, with
 // WithSkip) as when no slot is free. Default: the keycap Limiter's.
-func WithFailMode(m keycap.FailMode) Option { return func(r *Rule) { r.fail = m } }
+func WithFailMode(m keycap.FailMode) Option { return Option{func(r *Rule) { r.fail = m }} }
 
 // WithBudget sets the rule's decision budget (default DefaultBudget): how
 // long the store may take to decide on a job's slot before it counts as
 // failed and the fail mode applies. Positive.
-func WithBudget(d time.Duration) Option { return func(r *Rule) { r.budget = d } }
+func WithBudget(d time.Duration) Option { return Option{func(r *Rule) { r.budget = d }} }
 
 // WithDeadline bounds how long a job may keep waiting for a slot, counted
 // from the first time it found none. Past it, the job fails with an error
@@ -96,21 +96,24 @@ func WithBudget(d time.Duration) Option { return func(r *Rule) { r.budget = d } 
 // itself never spends the job's attempts, so the deadline, not a count, bounds
 // it; real errors keep counting against the queue's retry limit. 0 (the
 // default) waits without bound.
-func WithDeadline(d time.Duration) Option { return func(r *Rule) { r.deadline = d } }
+func WithDeadline(d time.Duration) Option { return Option{func(r *Rule) { r.deadline = d }} }
 
-// NewRule returns a rule letting at most limit jobs run at once per key. An
+// NewRule returns a rule letting at most max jobs run at once per key (0
+// refuses every job). An
 // invalid setting returns a *keycap.InvalidLimitError naming it.
-func NewRule(key string, limit int, opts ...Option) (Rule, error) {
-	r := Rule{key: key, limit: limit, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
+func NewRule(key string, max int, opts ...Option) (Rule, error) {
+	r := Rule{key: key, max: max, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
 	for _, o := range opts {
-		o(&r)
+		if o.apply != nil {
+			o.apply(&r)
+		}
 	}
 	invalid := func(field, value, reason string) error {
 		return &keycap.InvalidLimitError{Field: field, Value: value, Reason: reason}
 	}
 	switch {
-	case r.limit < 0:
-		return Rule{}, invalid("limit", strconv.Itoa(r.limit), "must be at least 0")
+	case r.max < 0:
+		return Rule{}, invalid("max", strconv.Itoa(r.max), "must be at least 0")
 	case r.releaseAfter < 0:
 		return Rule{}, invalid("release after", r.releaseAfter.String(), "must be at least 0")
 	case !r.releaseAt.IsZero() && !r.releaseAt.After(time.Now()):
@@ -130,8 +133,8 @@ func NewRule(key string, limit int, opts ...Option) (Rule, error) {
 }
 
 // MustRule is like NewRule but panics on an invalid setting.
-func MustRule(key string, limit int, opts ...Option) Rule {
-	r, err := NewRule(key, limit, opts...)
+func MustRule(key string, max int, opts ...Option) Rule {
+	r, err := NewRule(key, max, opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -150,8 +153,8 @@ func (r Rule) Pool(kind string) string {
 // Key returns the key jobs count against: the prefix and the key.
 func (r Rule) Key() string { return r.prefix + r.key }
 
-// Limit returns how many jobs may run at once per key.
-func (r Rule) Limit() int { return r.limit }
+// Max returns how many jobs may run at once per key.
+func (r Rule) Max() int { return r.max }
 
 // Deadline returns how long a job may keep waiting for a slot; 0: no bound.
 func (r Rule) Deadline() time.Duration { return r.deadline }
@@ -184,5 +187,5 @@ func (r Rule) delay() time.Duration {
 
 // String describes the rule without its key.
 func (r Rule) String() string {
-	return fmt.Sprintf("at most %d at once per key", r.limit)
+	return fmt.Sprintf("at most %d at once per key", r.max)
 }

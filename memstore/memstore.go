@@ -55,11 +55,11 @@ type lease struct {
 }
 
 // An Option configures a Store.
-type Option func(*Store)
+type Option struct{ apply func(*Store) }
 
 // WithClock replaces the store's clock, a monotonic duration since an
 // arbitrary origin. It is meant for tests that move time by hand.
-func WithClock(now func() time.Duration) Option { return func(s *Store) { s.clock = now } }
+func WithClock(now func() time.Duration) Option { return Option{func(s *Store) { s.clock = now }} }
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
@@ -67,7 +67,9 @@ func New(opts ...Option) *Store {
 	base := time.Now()
 	s.clock = func() time.Duration { return time.Since(base) }
 	for _, o := range opts {
-		o(s)
+		if o.apply != nil {
+			o.apply(s)
+		}
 	}
 	for i := range s.shards {
 		s.shards[i].pools = make(map[keycap.PoolID]*pool)

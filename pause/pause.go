@@ -47,7 +47,7 @@ type Pauses struct {
 }
 
 // An Option configures Pauses.
-type Option func(*config)
+type Option struct{ apply func(*config) }
 
 type config struct {
 	parser    retryafter.Parser
@@ -59,26 +59,26 @@ type config struct {
 
 // WithParser sets how responses are read: the wait of a throttled response
 // without a hint (default 60 s) and the cap on any wait (default 24 h).
-func WithParser(p retryafter.Parser) Option { return func(c *config) { c.parser = p } }
+func WithParser(p retryafter.Parser) Option { return Option{func(c *config) { c.parser = p }} }
 
 // WithRate paces calls to APIs: rates(api) returns the API's published rate,
 // or false for none. Every worker of every server shares the pace. The store
 // must pace (keycap.Pacer).
 func WithRate(rates func(api string) (keycap.Rate, bool)) Option {
-	return func(c *config) { c.rates = rates }
+	return Option{func(c *config) { c.rates = rates }}
 }
 
 // WithJitter sets the random extra delay added to a released job's wait, so
 // that jobs paused together do not come back together. Default: 1 s plus a
 // tenth of the wait, drawn at random up to that.
-func WithJitter(d time.Duration) Option { return func(c *config) { c.jitter, c.jitterSet = d, true } }
+func WithJitter(d time.Duration) Option { return Option{func(c *config) { c.jitter, c.jitterSet = d, true }} }
 
 // WithJobDeadline bounds how long a job may keep being released for
 // throttling, from the first time it was: past it, the job fails with a
 // *jobtype.DeadlineError through the queue's normal failure path. The
 // releases never spend attempts, so the deadline, not a count, bounds them.
 // The store must keep marks (keycap.Marker). Default: no bound.
-func WithJobDeadline(d time.Duration) Option { return func(c *config) { c.deadline = d } }
+func WithJobDeadline(d time.Duration) Option { return Option{func(c *config) { c.deadline = d }} }
 
 // New returns the pauses kept in limiter's store, which must implement
 // keycap.Pauser (memstore, redisstore and pgstore do).
@@ -88,7 +88,9 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Pauses, error) {
 	}
 	var c config
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	ps := &Pauses{l: limiter, parser: c.parser, rates: c.rates, jitter: -1, deadline: c.deadline}
 	if c.jitterSet {

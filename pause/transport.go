@@ -54,26 +54,26 @@ type Transport struct {
 }
 
 // A TransportOption configures a Transport.
-type TransportOption func(*Transport)
+type TransportOption struct{ apply func(*Transport) }
 
 // WithAPIName sets how a request names its API: the pause and the pace are
 // shared by every request with the same name. Default: the request's host.
 // Use one name per credential for a vendor that limits per token. A request
 // whose name is empty is refused with an error matching ErrNoAPIName.
 func WithAPIName(fn func(*http.Request) string) TransportOption {
-	return func(t *Transport) { t.api = fn }
+	return TransportOption{func(t *Transport) { t.api = fn }}
 }
 
 // WithMaxWaitInPlace sets the longest wait a request may spend in place
 // (default DefaultMaxWaitInPlace); 0 never waits in place.
 func WithMaxWaitInPlace(d time.Duration) TransportOption {
-	return func(t *Transport) { t.maxWait = max(d, 0) }
+	return TransportOption{func(t *Transport) { t.maxWait = max(d, 0) }}
 }
 
 // WithRetryAnyMethod lets non-idempotent requests (POST, PATCH) be sent again
 // after a throttled response, for APIs that refuse throttled requests before
 // acting on them.
-func WithRetryAnyMethod() TransportOption { return func(t *Transport) { t.anyMethod = true } }
+func WithRetryAnyMethod() TransportOption { return TransportOption{func(t *Transport) { t.anyMethod = true }} }
 
 // WithRefusalAsResponse makes a call refused because its API is paused (or
 // over its rate) answer with a 429 made by the transport — never sent — with
@@ -82,11 +82,11 @@ func WithRetryAnyMethod() TransportOption { return func(t *Transport) { t.anyMet
 // libraries that decide on responses (go-retryablehttp, failsafe-go; see
 // packages retryablepause and failsafepause), which then wait the pause out
 // and try again.
-func WithRefusalAsResponse() TransportOption { return func(t *Transport) { t.asResponse = true } }
+func WithRefusalAsResponse() TransportOption { return TransportOption{func(t *Transport) { t.asResponse = true }} }
 
 // WithMaxRetries bounds how many times one request is sent again in place
 // (default DefaultMaxRetries).
-func WithMaxRetries(n int) TransportOption { return func(t *Transport) { t.maxRetries = max(n, 0) } }
+func WithMaxRetries(n int) TransportOption { return TransportOption{func(t *Transport) { t.maxRetries = max(n, 0) }} }
 
 // Transport returns a RoundTripper over next (http.DefaultTransport when
 // nil).
@@ -101,7 +101,9 @@ func (ps *Pauses) Transport(next http.RoundTripper, opts ...TransportOption) *Tr
 		maxRetries: DefaultMaxRetries,
 	}
 	for _, o := range opts {
-		o(t)
+		if o.apply != nil {
+			o.apply(t)
+		}
 	}
 	return t
 }

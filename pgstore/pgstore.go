@@ -81,7 +81,7 @@ var (
 )
 
 // An Option configures a Store, Migrate and SQL.
-type Option func(*config) error
+type Option struct{ apply func(*config) }
 
 type config struct {
 	schema, prefix string
@@ -90,48 +90,36 @@ type config struct {
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// WithSchema sets the schema of keycap's tables (default DefaultSchema).
-func WithSchema(schema string) Option {
-	return func(c *config) error {
-		if !identifier.MatchString(schema) {
-			return fmt.Errorf("pgstore: invalid schema %q: letters, digits and underscores, not starting with a digit", schema)
-		}
-		c.schema = schema
-		return nil
-	}
-}
+// WithSchema sets the schema of keycap's tables (default DefaultSchema):
+// letters, digits and underscores, not starting with a digit.
+func WithSchema(schema string) Option { return Option{func(c *config) { c.schema = schema }} }
 
 // WithPrefix sets the prefix of keycap's table and function names (default
-// DefaultPrefix).
-func WithPrefix(prefix string) Option {
-	return func(c *config) error {
-		if prefix != "" && !identifier.MatchString(prefix) {
-			return fmt.Errorf("pgstore: invalid prefix %q: letters, digits and underscores, not starting with a digit", prefix)
-		}
-		c.prefix = prefix
-		return nil
-	}
-}
+// DefaultPrefix): letters, digits and underscores, not starting with a
+// digit, or empty.
+func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix = prefix }} }
 
 // WithTimeout bounds each call when the caller's context has no deadline
 // (default DefaultTimeout): a database that hangs is a store failure, handled
-// by each limit's fail mode.
-func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("pgstore: invalid timeout %s: must be positive", d)
-		}
-		c.timeout = d
-		return nil
-	}
-}
+// by each limit's fail mode. Positive.
+func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
+// configure applies opts and checks the result, naming the field that is
+// wrong.
 func configure(opts []Option) (config, error) {
 	c := config{schema: DefaultSchema, prefix: DefaultPrefix, timeout: DefaultTimeout}
 	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return config{}, err
+		if o.apply != nil {
+			o.apply(&c)
 		}
+	}
+	switch {
+	case !identifier.MatchString(c.schema):
+		return config{}, fmt.Errorf("pgstore: invalid schema %q: letters, digits and underscores, not starting with a digit", c.schema)
+	case c.prefix != "" && !identifier.MatchString(c.prefix):
+		return config{}, fmt.Errorf("pgstore: invalid prefix %q: letters, digits and underscores, not starting with a digit", c.prefix)
+	case c.timeout <= 0:
+		return config{}, fmt.Errorf("pgstore: invalid timeout %s: must be positive", c.timeout)
 	}
 	return c, nil
 }

@@ -69,7 +69,7 @@ type series struct {
 }
 
 // An Option configures an Observer.
-type Option func(*config)
+type Option struct{ apply func(*config) }
 
 type config struct {
 	namespace    string
@@ -79,19 +79,19 @@ type config struct {
 }
 
 // WithNamespace replaces the metrics' "keycap" prefix.
-func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+func WithNamespace(ns string) Option { return Option{func(c *config) { c.namespace = ns }} }
 
 // WithWaitBuckets sets the buckets of keycap_wait_seconds (default: 1 ms to
 // 10 s).
-func WithWaitBuckets(b []float64) Option { return func(c *config) { c.waitBuckets = b } }
+func WithWaitBuckets(b []float64) Option { return Option{func(c *config) { c.waitBuckets = b }} }
 
 // WithHoldBuckets sets the buckets of keycap_hold_seconds (default: 5 ms to
 // about 20 min).
-func WithHoldBuckets(b []float64) Option { return func(c *config) { c.holdBuckets = b } }
+func WithHoldBuckets(b []float64) Option { return Option{func(c *config) { c.holdBuckets = b }} }
 
 // WithPauseBuckets sets the buckets of keycap_api_pause_seconds (default: 1 s
 // to a day).
-func WithPauseBuckets(b []float64) Option { return func(c *config) { c.pauseBuckets = b } }
+func WithPauseBuckets(b []float64) Option { return Option{func(c *config) { c.pauseBuckets = b }} }
 
 // New returns an Observer whose metrics are registered with reg.
 func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
@@ -102,7 +102,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		pauseBuckets: []float64{1, 2, 5, 10, 30, 60, 300, 900, 3600, 86400},
 	}
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: c.namespace, Name: name, Help: help}, labels)

@@ -94,21 +94,21 @@ type Gate struct {
 }
 
 // An Option configures a Gate.
-type Option func(*Gate)
+type Option struct{ apply func(*Gate) }
 
 // WithSignin also takes a connection's identity from a verified
 // pusher:signin (user authentication). Off by default.
-func WithSignin() Option { return func(g *Gate) { g.signin = true } }
+func WithSignin() Option { return Option{func(g *Gate) { g.signin = true }} }
 
 // WithOnRefuse calls fn for each refusal, after Inspect decided it.
-func WithOnRefuse(fn func(Refusal)) Option { return func(g *Gate) { g.onRefuse = fn } }
+func WithOnRefuse(fn func(Refusal)) Option { return Option{func(g *Gate) { g.onRefuse = fn }} }
 
 // WithStoreError sets the pusher:error code, close code and message of a
 // refusal because the store could not answer (default DefaultStoreErrorCode
 // and DefaultStoreErrorMessage). New refuses a code outside 4100–4199: the
 // client must reconnect once the store is back, after a back-off.
 func WithStoreError(code int, message string) Option {
-	return func(g *Gate) { g.storeCode, g.storeError = code, message }
+	return Option{func(g *Gate) { g.storeCode, g.storeError = code, message }}
 }
 
 // New returns a gate for apps, counting on caps.
@@ -144,7 +144,9 @@ func New(caps *conncap.Cap, apps []App, opts ...Option) (*Gate, error) {
 		g.apps[a.Key] = a
 	}
 	for _, o := range opts {
-		o(g)
+		if o.apply != nil {
+			o.apply(g)
+		}
 	}
 	if !Reconnects(g.storeCode) {
 		return nil, fmt.Errorf("pushercap: invalid store error code %d: pusher-js would not reconnect once the store is back; use 4100-4199", g.storeCode)

@@ -90,21 +90,21 @@ var (
 	_ keycap.Partitioner = (*Store)(nil)
 )
 
-// An Option configures a Store.
-type Option func(*Store) error
+// An Option configures a Store; the With functions make them, and New
+// checks them.
+type Option struct{ apply func(*config) }
+
+type config struct {
+	prefix  string
+	acks    int
+	ackWait time.Duration
+	acksSet bool
+}
 
 // WithPrefix puts prefix before every key the store writes, to keep several
 // applications apart on one Redis. It must not contain '{' or '}', which would
 // break the keys' cluster hash tags.
-func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("redisstore: invalid prefix %q: must not contain '{' or '}'", prefix)
-		}
-		s.prefix = prefix
-		return nil
-	}
-}
+func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix = prefix }} }
 
 // WithReplicaAcks makes every granted slot wait, in the same round trip, for
 // n replicas to acknowledge it (Redis's WAIT n, for at most timeout) before
@@ -116,13 +116,7 @@ func WithPrefix(prefix string) Option {
 // the limit's fail mode applies. It costs the replication latency on every
 // grant (BENCHMARKS.md has the figure). n at least 1; timeout positive.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
-	return func(s *Store) error {
-		if n < 1 || timeout <= 0 {
-			return fmt.Errorf("redisstore: invalid replica acks %d within %s: want at least 1 within a positive timeout", n, timeout)
-		}
-		s.acks, s.ackWait = n, timeout
-		return nil
-	}
+	return Option{func(c *config) { c.acks, c.ackWait, c.acksSet = n, timeout, true }}
 }
 
 // New returns a store that uses client, which may be a *redis.Client, a
@@ -144,13 +138,20 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, errContextTimeouts
 		}
 	}
-	s := &Store{client: client, rates: redis_rate.NewLimiter(client)}
-	s.cluster, _ = client.(*redis.ClusterClient)
+	var c config
 	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
+		if o.apply != nil {
+			o.apply(&c)
 		}
 	}
+	switch {
+	case strings.ContainsAny(c.prefix, "{}"):
+		return nil, fmt.Errorf("redisstore: invalid prefix %q: must not contain '{' or '}'", c.prefix)
+	case c.acksSet && (c.acks < 1 || c.ackWait <= 0):
+		return nil, fmt.Errorf("redisstore: invalid replica acks %d within %s: want at least 1 within a positive timeout", c.acks, c.ackWait)
+	}
+	s := &Store{client: client, rates: redis_rate.NewLimiter(client), prefix: c.prefix, acks: c.acks, ackWait: c.ackWait}
+	s.cluster, _ = client.(*redis.ClusterClient)
 	if s.cluster != nil {
 		go s.slots.refresh(s.cluster)
 	}

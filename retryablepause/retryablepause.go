@@ -52,25 +52,27 @@ type Policy struct {
 }
 
 // An Option configures a Policy.
-type Option func(*Policy)
+type Option struct{ apply func(*Policy) }
 
 // WithMaxWait sets the longest throttled wait the Policy retries after
 // (default DefaultMaxWait); a longer one hands the throttled response back.
-func WithMaxWait(d time.Duration) Option { return func(p *Policy) { p.maxWait = d } }
+func WithMaxWait(d time.Duration) Option { return Option{func(p *Policy) { p.maxWait = d }} }
 
 // WithCheckRetry sets the policy for what is not throttled (default
 // retryablehttp.DefaultRetryPolicy).
-func WithCheckRetry(c retryablehttp.CheckRetry) Option { return func(p *Policy) { p.check = c } }
+func WithCheckRetry(c retryablehttp.CheckRetry) Option { return Option{func(p *Policy) { p.check = c }} }
 
 // WithBackoff sets the back-off for what is not throttled (default
 // retryablehttp.DefaultBackoff).
-func WithBackoff(b retryablehttp.Backoff) Option { return func(p *Policy) { p.backoff = b } }
+func WithBackoff(b retryablehttp.Backoff) Option { return Option{func(p *Policy) { p.backoff = b }} }
 
 // New returns a Policy over ps.
 func New(ps *pause.Pauses, opts ...Option) *Policy {
 	p := &Policy{ps: ps, maxWait: DefaultMaxWait, check: retryablehttp.DefaultRetryPolicy, backoff: retryablehttp.DefaultBackoff}
 	for _, o := range opts {
-		o(p)
+		if o.apply != nil {
+			o.apply(p)
+		}
 	}
 	return p
 }

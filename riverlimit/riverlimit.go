@@ -50,13 +50,13 @@ import (
 )
 
 // An Option configures the middleware.
-type Option func(*middleware)
+type Option struct{ apply func(*middleware) }
 
 // WithJobTimeout tells the middleware the client's JobTimeout (River's
 // default: river.JobTimeoutDefault), from which a rule's default slot TTL
 // follows. A worker that overrides Timeout should set its rules' TTL itself
 // (joblimit.WithTTL).
-func WithJobTimeout(d time.Duration) Option { return func(m *middleware) { m.timeout = d } }
+func WithJobTimeout(d time.Duration) Option { return Option{func(m *middleware) { m.timeout = d }} }
 
 // middleware is every constructor's middleware: it runs each job through the
 // Runner its pick function gives, and translates the Runner's results into
@@ -76,7 +76,9 @@ type middleware struct {
 func Use(pick func(job *rivertype.JobRow) (jobtype.Runner, bool), opts ...Option) rivertype.WorkerMiddleware {
 	m := &middleware{pick: pick, timeout: river.JobTimeoutDefault}
 	for _, o := range opts {
-		o(m)
+		if o.apply != nil {
+			o.apply(m)
+		}
 	}
 	return m
 }

@@ -35,7 +35,7 @@ import (
 type Namespace func(t *testing.T) (open func() keycap.Store)
 
 // An Option tunes the suite.
-type Option func(*config)
+type Option struct{ apply func(*config) }
 
 type config struct {
 	contention   time.Duration
@@ -45,7 +45,7 @@ type config struct {
 
 // WithContentionTime sets how long the "never over max" test runs (default
 // 3 s), for slow stores.
-func WithContentionTime(d time.Duration) Option { return func(c *config) { c.contention = d } }
+func WithContentionTime(d time.Duration) Option { return Option{func(c *config) { c.contention = d }} }
 
 // GrantsEverything says that the store turns limits off (nullstore): it
 // grants every slot and keeps nothing. The suite then checks what such a
@@ -54,14 +54,16 @@ func WithContentionTime(d time.Duration) Option { return func(c *config) { c.con
 // balanced events — and skips, saying why, the tests of what it does not do
 // (refusing past max, expiry, marks' ages, pauses).
 func GrantsEverything(why string) Option {
-	return func(c *config) { c.grantsAll, c.grantsAllWhy = true, why }
+	return Option{func(c *config) { c.grantsAll, c.grantsAllWhy = true, why }}
 }
 
 // Run runs the conformance suite.
 func Run(t *testing.T, ns Namespace, opts ...Option) {
 	c := config{contention: 3 * time.Second}
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	tests := []struct {
 		name string
