@@ -75,7 +75,9 @@ func WithDecisionBudget(d time.Duration) Option { return Option{func(l *Limiter)
 // WithRecoverAfter sets how long a partition of the store must answer
 // without a failure before its outage is reported over (default
 // DefaultRecoverAfter). At least 1 ms.
-func WithRecoverAfter(d time.Duration) Option { return Option{func(l *Limiter) { l.outages.quiet = d }} }
+func WithRecoverAfter(d time.Duration) Option {
+	return Option{func(l *Limiter) { l.outages.quiet = d }}
+}
 
 // NewLimiter returns a Limiter over store. A nil store is an error.
 func NewLimiter(store Store, opts ...Option) (*Limiter, error) {

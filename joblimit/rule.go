@@ -58,7 +58,9 @@ func WithReleaseAt(t time.Time) Option {
 // WithJitter adds a random delay from 0 to d to each release, so that jobs
 // refused together do not come back together. Default: half the release
 // delay, none with WithReleaseAt.
-func WithJitter(d time.Duration) Option { return Option{func(r *Rule) { r.jitter, r.jitterSet = d, true }} }
+func WithJitter(d time.Duration) Option {
+	return Option{func(r *Rule) { r.jitter, r.jitterSet = d, true }}
+}
 
 // WithSkip drops a job that finds no free slot instead of releasing it: River
 // cancels it, asynq revokes it. An explicit opt-in; skipped jobs are reported

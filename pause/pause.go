@@ -71,7 +71,9 @@ func WithRate(rates func(api string) (keycap.Rate, bool)) Option {
 // WithJitter sets the random extra delay added to a released job's wait, so
 // that jobs paused together do not come back together. Default: 1 s plus a
 // tenth of the wait, drawn at random up to that.
-func WithJitter(d time.Duration) Option { return Option{func(c *config) { c.jitter, c.jitterSet = d, true }} }
+func WithJitter(d time.Duration) Option {
+	return Option{func(c *config) { c.jitter, c.jitterSet = d, true }}
+}
 
 // WithJobDeadline bounds how long a job may keep being released for
 // throttling, from the first time it was: past it, the job fails with a

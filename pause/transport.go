@@ -73,7 +73,9 @@ func WithMaxWaitInPlace(d time.Duration) TransportOption {
 // WithRetryAnyMethod lets non-idempotent requests (POST, PATCH) be sent again
 // after a throttled response, for APIs that refuse throttled requests before
 // acting on them.
-func WithRetryAnyMethod() TransportOption { return TransportOption{func(t *Transport) { t.anyMethod = true }} }
+func WithRetryAnyMethod() TransportOption {
+	return TransportOption{func(t *Transport) { t.anyMethod = true }}
+}
 
 // WithRefusalAsResponse makes a call refused because its API is paused (or
 // over its rate) answer with a 429 made by the transport — never sent — with
@@ -82,11 +84,15 @@ func WithRetryAnyMethod() TransportOption { return TransportOption{func(t *Trans
 // libraries that decide on responses (go-retryablehttp, failsafe-go; see
 // packages retryablepause and failsafepause), which then wait the pause out
 // and try again.
-func WithRefusalAsResponse() TransportOption { return TransportOption{func(t *Transport) { t.asResponse = true }} }
+func WithRefusalAsResponse() TransportOption {
+	return TransportOption{func(t *Transport) { t.asResponse = true }}
+}
 
 // WithMaxRetries bounds how many times one request is sent again in place
 // (default DefaultMaxRetries).
-func WithMaxRetries(n int) TransportOption { return TransportOption{func(t *Transport) { t.maxRetries = max(n, 0) }} }
+func WithMaxRetries(n int) TransportOption {
+	return TransportOption{func(t *Transport) { t.maxRetries = max(n, 0) }}
+}
 
 // Transport returns a RoundTripper over next (http.DefaultTransport when
 // nil).

@@ -60,7 +60,9 @@ func WithMaxWait(d time.Duration) Option { return Option{func(p *Policy) { p.max
 
 // WithCheckRetry sets the policy for what is not throttled (default
 // retryablehttp.DefaultRetryPolicy).
-func WithCheckRetry(c retryablehttp.CheckRetry) Option { return Option{func(p *Policy) { p.check = c }} }
+func WithCheckRetry(c retryablehttp.CheckRetry) Option {
+	return Option{func(p *Policy) { p.check = c }}
+}
 
 // WithBackoff sets the back-off for what is not throttled (default
 // retryablehttp.DefaultBackoff).
