@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/internal/testwait"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
-func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 // faultStore wraps a real store and can make it fail, block or lose leases,
 // and counts the calls that reach it.

@@ -14,25 +14,25 @@ type Lease struct {
 	slots    []slot
 	one      [1]slot // backing for the common single-limit lease
 
-	member   bool // a member lease of the node, kept by its heartbeat (AcquireAs)
-	admitted bool // handed to its holder
-
-	mu       sync.Mutex // guards the fields below and each slot's renewal state
-	released bool
-	lost     bool
-	lostCh   chan struct{}
+	mu     sync.Mutex // guards released, lost and each slot's renewal state
+	lostCh chan struct{}
 
 	// The keeper's list of held leases, guarded by the keeper shard's lock.
 	prev, next *Lease
-	listed     bool
+
+	member   bool // a member lease of the node, kept by its heartbeat (AcquireAs)
+	admitted bool // handed to its holder
+	released bool // guarded by mu
+	lost     bool // guarded by mu
+	listed   bool // guarded by the keeper shard's lock
 }
 
 type slot struct {
 	limit    Limit
-	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
-	lost     bool          // found gone on renewal
 	renewAt  time.Duration // next renewal, on the Limiter's clock
 	deadline time.Duration // when the slot expires in the store unless renewed
+	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
+	lost     bool          // found gone on renewal
 }
 
 func newLease(l *Limiter, limits []Limit, now time.Duration) *Lease {
@@ -141,7 +141,7 @@ func (ls *Lease) release(reported int) {
 				break
 			}
 			reported--
-			l.observer.Observe(Event{Kind: SlotReleased, Limit: s.limit, Held: held})
+			l.observer.Observe(Event{Kind: SlotReleased, Family: s.limit.family, Limit: s.limit, Held: held})
 		}
 	}
 }

@@ -48,15 +48,16 @@ func (m FailMode) String() string {
 // A Limit is an immutable value built by NewLimit, which checks every field.
 // The zero Limit is invalid, and Acquire refuses it.
 type Limit struct {
-	family Family
 	name   string
 	key    string
 	max    int
 	ttl    time.Duration
 	wait   time.Duration
 	budget time.Duration // 0: the Limiter's
-	fail   FailMode
 	pool   PoolID
+	family Family
+	fail   FailMode
+	ttlSet bool // WithTTL given: AcquireAs keeps it
 }
 
 // A LimitOption sets an optional field of a Limit. (It is a value, not a
@@ -80,7 +81,8 @@ const (
 
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
 // crashed process, a lost network). Holders renew at about a third of it, so a
-// TTL can be short. Default DefaultTTL; at least MinTTL.
+// TTL can be short. Default DefaultTTL (for a member lease, taken with
+// Limiter.AcquireAs, MemberTTLBeats heartbeats); at least MinTTL.
 func WithTTL(ttl time.Duration) LimitOption { return LimitOption{field: fieldTTL, d: ttl} }
 
 // WithWait lets Acquire wait up to d for a slot of this limit before it
@@ -112,7 +114,7 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 	for _, o := range opts {
 		switch o.field {
 		case fieldTTL:
-			l.ttl = o.d
+			l.ttl, l.ttlSet = o.d, true
 		case fieldWait:
 			l.wait = o.d
 		case fieldFail:

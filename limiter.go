@@ -183,27 +183,60 @@ func (l *Limiter) acquire(ctx context.Context, member *string, limits []Limit) (
 	}
 
 	start := l.now()
-	now := start
 	ls := newLease(l, limits, start)
 	if member != nil {
-		ls.owner, ls.member = NodeOwner(l.node, *member), true
-		// Registered before the store grants it, so that a heartbeat
-		// meanwhile keeps it rather than dropping it as a ghost.
-		l.nodes.add(ls)
-		defer func() {
-			if !ls.admitted {
-				l.nodes.remove(ls)
-			}
-		}()
+		return l.acquireMember(ctx, ls, *member, wait, start)
 	}
-	var w *waiter
+	return l.acquireLease(ctx, ls, wait, start)
+}
+
+// acquireMember takes ls as the node's member named member.
+func (l *Limiter) acquireMember(ctx context.Context, ls *Lease, member string, wait, start time.Duration) (*Lease, error) {
+	ls.owner, ls.member = NodeOwner(l.node, member), true
+	// Registered before the store grants it, so that a heartbeat meanwhile
+	// keeps it rather than dropping it as a ghost.
+	l.nodes.add(ls)
+	defer func() {
+		if !ls.admitted {
+			l.nodes.remove(ls)
+		}
+	}()
+	return l.acquireLease(ctx, ls, wait, start)
+}
+
+// acquireLease takes ls's slots: one try when its limits may not wait, with
+// no defer (the common path: a request or a job that is refused at once),
+// or waitFor.
+func (l *Limiter) acquireLease(ctx context.Context, ls *Lease, wait, start time.Duration) (*Lease, error) {
 	if wait > 0 {
-		// Registered before the first try, so that a release between a
-		// refusal and the sleep is not missed.
-		w = l.waiters.add(limits)
-		defer l.waiters.remove(w)
+		return l.waitFor(ctx, ls, wait, start)
 	}
+	refused, err := l.try(ctx, ls, start)
+	if err != nil {
+		return nil, err
+	}
+	if refused != nil {
+		l.emit(Event{Kind: LimitExceeded, Limit: *refused})
+		return nil, &LimitError{Limit: *refused}
+	}
+	l.admit(ls, 0)
+	return ls, nil
+}
+
+// waitFor takes ls's slots, waiting up to wait for a full pool to free a
+// slot: woken by a local release, or polling for one elsewhere.
+func (l *Limiter) waitFor(ctx context.Context, ls *Lease, wait, start time.Duration) (*Lease, error) {
+	// Registered before the first try, so that a release between a refusal
+	// and the sleep is not missed.
+	w := l.waiters.add(ls)
+	defer l.waiters.remove(w)
 	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	now := start
 	for {
 		refused, err := l.try(ctx, ls, now)
 		if err != nil {
@@ -213,10 +246,7 @@ func (l *Limiter) acquire(ctx context.Context, member *string, limits []Limit) (
 			l.admit(ls, now-start)
 			return ls, nil
 		}
-		var waited time.Duration // a limit that may not wait waited for nothing
-		if wait > 0 {
-			waited = l.now() - start
-		}
+		waited := l.now() - start
 		if waited >= wait {
 			l.emit(Event{Kind: LimitExceeded, Limit: *refused, Waited: waited})
 			return nil, &LimitError{Limit: *refused, Waited: waited}
@@ -224,7 +254,6 @@ func (l *Limiter) acquire(ctx context.Context, member *string, limits []Limit) (
 		d := min(l.poll(), wait-waited)
 		if timer == nil {
 			timer = time.NewTimer(d)
-			defer timer.Stop()
 		} else {
 			timer.Reset(d)
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/internal/testwait"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
@@ -220,7 +220,7 @@ func TestCancelEndsWaitAndIsNoStoreFailure(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { _, err := l.Acquire(ctx, lim); got <- err }()
 	cancel()
-	if err := testwait.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) {
+	if err := testkit.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire = %v, want context.Canceled", err)
 	}
 	if rec.Count(keycap.StoreFailed, "") != 0 {
@@ -236,9 +236,9 @@ func TestCancelDuringStoreCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { _, err := l.Acquire(ctx, limit(t, "c", "k", 1)); got <- err }()
-	testwait.Recv(t, fs.entered, 10*time.Second, "the store call")
+	testkit.Recv(t, fs.entered, 10*time.Second, "the store call")
 	cancel()
-	if err := testwait.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
+	if err := testkit.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
 		t.Fatalf("Acquire = %v, want context.Canceled only", err)
 	}
 	if rec.Count(keycap.StoreFailed, "") != 0 {
@@ -527,6 +527,32 @@ func TestPoolIDLongAndShortPathsAgree(t *testing.T) {
 		copy(want[:], h.Sum(nil))
 		if got := keycap.NewPoolID("name", key); got != want {
 			t.Fatalf("key of %d bytes: %s, want %s", n, got, want)
+		}
+	}
+}
+
+// TestEventsCarryTheFamily: every event of a lease — acquired, refused,
+// released — names the family of its limit, whichever path sends it.
+func TestEventsCarryTheFamily(t *testing.T) {
+	t.Parallel()
+	rec := &keycaptest.Recorder{}
+	l, _ := newLimiter(t, memstore.New(), keycap.WithObserver(rec))
+	lim := limit(t, "export", "k", 1, keycap.WithFamily(keycap.FamilyJob))
+	ls, err := l.Acquire(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(context.Background(), lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("second acquire: %v", err)
+	}
+	ls.Release()
+	events := rec.Events()
+	if len(events) != 3 {
+		t.Fatalf("%d events, want 3: %+v", len(events), events)
+	}
+	for _, e := range events {
+		if e.Family != keycap.FamilyJob {
+			t.Errorf("%v reported as family %v", e.Kind, e.Family)
 		}
 	}
 }

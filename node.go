@@ -38,12 +38,27 @@ func WithHeartbeat(d time.Duration) Option { return Option{func(l *Limiter) { l.
 //
 // The lease's owner token is NodeOwner(node, member): acquiring a member
 // again, while its lease is held, extends the same slot. Keep one lease per
-// member. The store must implement Syncer, and each limit's TTL must exceed
-// the heartbeat. A limit failing open admits the member uncounted; the first
-// heartbeat after the store recovers counts it.
+// member. The store must implement Syncer. A member lease's TTL is the
+// limit's WithTTL, which must exceed the heartbeat, or, for a limit built
+// without one, three heartbeats (MemberTTLBeats): a node whose heartbeat
+// runs less than two beats late keeps its members. A limit failing open admits the member
+// uncounted; the first heartbeat after the store recovers counts it.
 func (l *Limiter) AcquireAs(ctx context.Context, member string, limits ...Limit) (*Lease, error) {
+	copied := false
+	for i, lim := range limits {
+		if !lim.ttlSet {
+			if !copied {
+				limits, copied = append([]Limit(nil), limits...), true // the caller's slice is theirs
+			}
+			limits[i].ttl = MemberTTLBeats * l.nodes.interval
+		}
+	}
 	return l.acquire(ctx, &member, limits)
 }
+
+// MemberTTLBeats is the TTL of a member lease whose limit has no WithTTL, in
+// heartbeats.
+const MemberTTLBeats = 3
 
 // Heartbeat renews the node's member leases and drops its ghosts now, as the
 // heartbeat loop does every interval. Tests and shutdown code may call it.

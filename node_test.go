@@ -119,3 +119,25 @@ func TestMemberLeasesNeedASyncerAndALongTTL(t *testing.T) {
 		t.Fatalf("a store that cannot sync: %v", err)
 	}
 }
+
+// TestMemberLeaseDefaultTTL: a limit built without WithTTL works as a member
+// limit out of the box: its lease lives three heartbeats, not DefaultTTL
+// (which equals the default heartbeat), and the caller's limits are not
+// changed.
+func TestMemberLeaseDefaultTTL(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New())
+	lims := []keycap.Limit{limit(t, "s", "k", 1), limit(t, "s", "j", 1, keycap.WithTTL(time.Hour))}
+	ls, err := l.AcquireAs(context.Background(), "m", lims...)
+	if err != nil {
+		t.Fatalf("a member limit with the default TTL: %v", err)
+	}
+	defer ls.Release()
+	got := ls.Limits()
+	if got[0].TTL() != keycap.MemberTTLBeats*keycap.DefaultHeartbeat || got[1].TTL() != time.Hour {
+		t.Fatalf("member TTLs %s and %s, want %s and 1h", got[0].TTL(), got[1].TTL(), keycap.MemberTTLBeats*keycap.DefaultHeartbeat)
+	}
+	if lims[0].TTL() != keycap.DefaultTTL {
+		t.Fatalf("the caller's limit was changed: TTL %s", lims[0].TTL())
+	}
+}

@@ -13,6 +13,7 @@ import (
 // succeed meanwhile. A partition's name must stay the same when the node
 // behind it fails over (a Redis Cluster's slot range, not its master's
 // address). A store that does not implement it is one partition.
+// Implemented by redisstore.
 type Partitioner interface {
 	Partition(pool PoolID) string
 }

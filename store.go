@@ -15,8 +15,8 @@ import (
 // must return within a bounded time even when the caller's context has no
 // deadline.
 //
-// memstore, redisstore and pgstore implement it; storetest checks an
-// implementation against the contract.
+// Implemented by memstore, nullstore, pgstore and redisstore; storetest
+// checks an implementation against the contract.
 type Store interface {
 	// Acquire adds a lease for owner to pool, expiring after ttl, if the pool
 	// holds fewer than max unexpired leases, and reports whether it did. If
@@ -37,8 +37,9 @@ type Store interface {
 }
 
 // NonBlocking is a Store whose calls never wait on anything outside the
-// process (memstore). The decision budget does not apply to it: the Limiter
-// gives its calls no deadline, and saves the cost of one.
+// process. The decision budget does not apply to it: the Limiter gives its
+// calls no deadline, and saves the cost of one. Implemented by memstore and
+// nullstore.
 type NonBlocking interface {
 	NonBlocking()
 }
@@ -57,7 +58,7 @@ type Renewal struct {
 // Marker is a Store that also keeps marks: named start times that every
 // client of the store shares, read by the store's clock. joblimit uses them
 // to bound how long a job may keep waiting, whichever server runs each of its
-// attempts. memstore and redisstore implement it.
+// attempts. Implemented by memstore, nullstore, pgstore and redisstore.
 type Marker interface {
 	// Mark starts the mark id unless it is running, and returns its age: how
 	// long ago it started, by the store's clock. started is true for the one
@@ -68,7 +69,8 @@ type Marker interface {
 
 // Pauser is a Store that also keeps pauses: per-name "not before" times that
 // every client of the store shares, by the store's clock. The pause package
-// keeps one per API. memstore and redisstore implement it.
+// keeps one per API. Implemented by memstore, nullstore, pgstore and
+// redisstore.
 type Pauser interface {
 	// Pause makes id paused for at least d from now: a longer pause already
 	// running is kept, a shorter one is extended, atomically. It returns how
@@ -92,8 +94,8 @@ type Rate struct {
 func (r Rate) Valid() bool { return r.Events > 0 && r.Period > 0 && r.Burst > 0 }
 
 // Pacer is a Store that also paces events with the generic cell rate
-// algorithm (GCRA), shared by every client of the store. memstore and
-// redisstore implement it.
+// algorithm (GCRA), shared by every client of the store. Implemented by
+// memstore, nullstore, pgstore and redisstore.
 type Pacer interface {
 	// Pace takes one event from id's allowance under rate: it returns 0 when
 	// the event may happen now (and counts it), or how long until it may (and
@@ -127,7 +129,7 @@ func NodeOwner(node NodeID, name string) Owner {
 // Syncer is a Store that can make a node's members of a pool exactly the ones
 // the node holds: conncap's heartbeat, which renews a node's live connections
 // and drops its ghosts (members whose release never reached the store) in
-// one pass. memstore and redisstore implement it.
+// one pass. Implemented by memstore, nullstore, pgstore and redisstore.
 type Syncer interface {
 	// Sync makes, in each pool of batch, node's members (leases whose owner
 	// starts with node) exactly Members: each is renewed to expire ttl from

@@ -33,14 +33,15 @@ func (w *waiters) init() {
 
 func (w *waiters) shard(p PoolID) *waiterShard { return &w.shards[p[0]%waiterShards] }
 
-// add registers a waiter on the pools of limits.
-func (w *waiters) add(limits []Limit) *waiter {
-	wt := &waiter{ch: make(chan struct{}, 1), pools: make([]PoolID, len(limits))}
-	for i, lim := range limits {
-		wt.pools[i] = lim.pool
-		sh := w.shard(lim.pool)
+// add registers a waiter on the pools of ls's slots.
+func (w *waiters) add(ls *Lease) *waiter {
+	wt := &waiter{ch: make(chan struct{}, 1), pools: make([]PoolID, len(ls.slots))}
+	for i := range ls.slots {
+		p := ls.slots[i].limit.pool
+		wt.pools[i] = p
+		sh := w.shard(p)
 		sh.mu.Lock()
-		sh.pools[lim.pool] = append(sh.pools[lim.pool], wt)
+		sh.pools[p] = append(sh.pools[p], wt)
 		sh.mu.Unlock()
 	}
 	w.n.Add(1)

@@ -17,6 +17,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/asynqlimit"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
@@ -103,7 +104,7 @@ func TestTwoServers(t *testing.T) {
 	const tasks, keys, limit = 200, 10, 2
 	q := queue(t)
 	prefix := testenv.Prefix(t, testenv.Redis(t))
-	conc := testenv.NewConcurrency()
+	conc := testkit.NewConcurrency()
 	retried := make(chan int, tasks)
 	h := func(ctx context.Context, task *asynq.Task) error {
 		var p payload

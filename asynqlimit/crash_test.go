@@ -2,7 +2,6 @@ package asynqlimit_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -13,13 +12,15 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/asynqlimit"
+	"github.com/keycap/keycap/internal/jobtest"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/redisstore"
 )
 
 func TestMain(m *testing.M) {
-	switch testenv.HelperRole() {
+	switch testkit.HelperRole() {
 	case "asynq-worker":
 		os.Exit(crashingWorker())
 	case "asynq-pause-worker":
@@ -28,11 +29,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const crashTTL = 2 * time.Second
-
-func crashRule(context.Context, *asynq.Task) (joblimit.Rule, bool) {
-	return joblimit.MustRule("crash", 1, joblimit.WithTTL(crashTTL)), true
-}
+func crashRule(context.Context, *asynq.Task) (joblimit.Rule, bool) { return jobtest.CrashRule(), true }
 
 // crashingWorker is the helper process: an asynq server whose "hang" tasks
 // never end, until the test kills it.
@@ -69,7 +66,7 @@ func TestWorkerKilledMidTask(t *testing.T) {
 	q := queue(t)
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t, rdb)
-	h := testenv.StartHelper(t, "asynq-worker", "ready", "KEYCAP_CRASH_QUEUE="+q, "KEYCAP_CRASH_PREFIX="+prefix)
+	h := testkit.StartHelper(t, "asynq-worker", "ready", "KEYCAP_CRASH_QUEUE="+q, "KEYCAP_CRASH_PREFIX="+prefix)
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 	defer client.Close()
 	info, err := client.Enqueue(asynq.NewTask("hang", nil), asynq.Queue(q), asynq.MaxRetry(5))
@@ -80,40 +77,8 @@ func TestWorkerKilledMidTask(t *testing.T) {
 		t.Fatal("the helper never started the task")
 	}
 
-	ctx := context.Background()
 	store, _ := redisstore.New(rdb, redisstore.WithPrefix(prefix))
-	probe, err := keycap.NewLimiter(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	slot := keycap.MustLimit("job:hang", "crash", 1, keycap.WithFamily(keycap.FamilyJob))
-	if _, err := probe.Acquire(ctx, slot); !errors.Is(err, keycap.ErrLimitExceeded) {
-		t.Fatalf("while the task runs its slot should be held: %v", err)
-	}
-	// The job outlives its slot's TTL: the worker's renewals keep the slot.
-	time.Sleep(2*crashTTL + crashTTL/8)
-	if _, err := probe.Acquire(ctx, slot); !errors.Is(err, keycap.ErrLimitExceeded) {
-		t.Fatalf("after twice the TTL the running job's slot should still be held: %v", err)
-	}
-	h.Kill()
-	killed := time.Now()
-	for {
-		lease, err := probe.Acquire(ctx, slot)
-		if err == nil {
-			lease.Release()
-			break
-		}
-		if time.Since(killed) > crashTTL+time.Second {
-			t.Fatalf("slot still held %s after the worker died (TTL %s)", time.Since(killed), crashTTL)
-		}
-		time.Sleep(20 * time.Millisecond) // expiry is time passing: nothing to wait on but time
-	}
-	freed := time.Since(killed)
-	t.Logf("slot freed %s after the kill (TTL %s)", freed.Round(time.Millisecond), crashTTL)
-	if freed > crashTTL+200*time.Millisecond {
-		t.Errorf("slot freed %s after the kill, later than its TTL of %s", freed, crashTTL)
-	}
+	jobtest.CheckKilledWorkerFreesSlot(t, store, "hang", h.Kill)
 
 	done := make(chan int, 1)
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: testenv.RedisAddr()}, asynq.Config{

@@ -5,57 +5,37 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/asynqlimit"
+	"github.com/keycap/keycap/internal/jobtest"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/pause"
 	"github.com/keycap/keycap/redisstore"
 )
 
-// vendorPauses returns Pauses on the shared Redis and an HTTP client whose
-// transport respects them. Releases are exercised: nothing waits in place.
+// vendorPauses returns the pause tests' Pauses on the shared Redis, with a
+// client of its own.
 func vendorPauses(rdb redis.UniversalClient, prefix string) (*pause.Pauses, *http.Client, error) {
 	store, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 	if err != nil {
 		return nil, nil, err
 	}
-	// A Limiter that only makes store calls (no leases) starts no
-	// goroutine: nothing to close.
-	l, err := keycap.NewLimiter(store)
-	if err != nil {
-		return nil, nil, err
-	}
-	ps, err := pause.New(l, pause.WithJitter(300*time.Millisecond))
-	if err != nil {
-		return nil, nil, err
-	}
-	tr := ps.Transport(nil, pause.WithAPIName(func(*http.Request) string { return "vendor" }), pause.WithMaxWaitInPlace(0))
-	return ps, &http.Client{Transport: tr}, nil
+	return jobtest.VendorPauses(store)
 }
 
 // callVendor is a task handler that calls the vendor once; done is told the
 // task's ID and retry count when it succeeds.
 func callVendor(hc *http.Client, ps *pause.Pauses, url string, done func(id string, retried int)) asynq.HandlerFunc {
 	return func(ctx context.Context, t *asynq.Task) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := hc.Do(req)
-		if err != nil {
+		// Throttled: RespectPauses pauses the API and releases the task.
+		if err := jobtest.CallVendor(ctx, hc, ps, url); err != nil {
 			return err
-		}
-		defer resp.Body.Close()
-		if err := ps.Check(resp); err != nil {
-			return err // throttled: RespectPauses pauses the API and releases the task
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("vendor answered %d", resp.StatusCode)
 		}
 		id, _ := asynq.GetTaskID(ctx)
 		n, _ := asynq.GetRetryCount(ctx)
@@ -72,7 +52,7 @@ func startCallServer(q string, ps *pause.Pauses, h asynq.HandlerFunc, concurrenc
 		LogLevel: asynq.FatalLevel,
 	})
 	mux := asynq.NewServeMux()
-	mux.Use(asynqlimit.RespectPauses(ps, func(context.Context, *asynq.Task) (string, bool) { return "vendor", true }))
+	mux.Use(asynqlimit.RespectPauses(ps, func(context.Context, *asynq.Task) (string, bool) { return jobtest.Vendor, true }))
 	mux.Handle("call_vendor", h)
 	return srv, srv.Start(mux)
 }
@@ -94,27 +74,17 @@ func pauseWorker() int {
 	select {}
 }
 
-// enqueueStaggered enqueues one task, waits until the vendor throttled it and
-// the pause is in Redis, then enqueues two more: all three meet the pause.
-func enqueueStaggered(t *testing.T, q string, v *testenv.Vendor, ps *pause.Pauses) {
+// enqueueStaggered enqueues three tasks, the last two once the first met
+// the vendor's 429.
+func enqueueStaggered(t *testing.T, q string, v *testkit.Vendor, ps *pause.Pauses) {
 	t.Helper()
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 	defer client.Close()
-	enqueue := func() {
+	jobtest.EnqueueStaggered(t, v, ps, func() {
 		if _, err := client.Enqueue(asynq.NewTask("call_vendor", nil), asynq.Queue(q), asynq.MaxRetry(3)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	enqueue()
-	v.WaitRequests(t, 1)
-	for {
-		if left, err := ps.Paused(context.Background(), "vendor"); err == nil && left > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond) // the 429 is being recorded
-	}
-	enqueue()
-	enqueue()
+	})
 }
 
 func checkNoFailure(t *testing.T, q string) {
@@ -137,7 +107,7 @@ func TestRespectPauses(t *testing.T) {
 	t.Parallel()
 	q := queue(t)
 	rdb := testenv.Redis(t)
-	v := testenv.NewVendor(t, 2*time.Second)
+	v := testkit.NewVendor(t, 2*time.Second)
 	ps, hc, err := vendorPauses(rdb, testenv.Prefix(t, rdb))
 	if err != nil {
 		t.Fatal(err)
@@ -170,35 +140,18 @@ func TestRespectPausesAcrossProcesses(t *testing.T) {
 	q := queue(t)
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t, rdb)
-	v := testenv.NewVendor(t, 2*time.Second)
+	v := testkit.NewVendor(t, 2*time.Second)
 	env := []string{"KEYCAP_PAUSE_QUEUE=" + q, "KEYCAP_PAUSE_PREFIX=" + prefix, "KEYCAP_VENDOR_URL=" + v.URL}
-	helpers := []*testenv.Helper{
-		testenv.StartHelper(t, "asynq-pause-worker", "ready", env...),
-		testenv.StartHelper(t, "asynq-pause-worker", "ready", env...),
+	helpers := []*testkit.Helper{
+		testkit.StartHelper(t, "asynq-pause-worker", "ready", env...),
+		testkit.StartHelper(t, "asynq-pause-worker", "ready", env...),
 	}
 	ps, _, err := vendorPauses(rdb, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	enqueueStaggered(t, q, v, ps)
-	timeout := time.After(time.Minute)
-	for done := 0; done < 3; {
-		var line string
-		select {
-		case line = <-helpers[0].Lines():
-		case line = <-helpers[1].Lines():
-		case <-timeout:
-			t.Fatalf("%d of 3 tasks succeeded", done)
-		}
-		f := strings.Fields(line)
-		if len(f) != 3 || f[0] != "done" {
-			continue
-		}
-		done++
-		if n, _ := strconv.Atoi(f[2]); n != 0 {
-			t.Errorf("task %s succeeded with retry count %s, want 0", f[1], f[2])
-		}
-	}
+	jobtest.AwaitDone(t, helpers, 3, "0") // asynq counts retries, not the first attempt
 	v.CheckPauseHeld(t, 3)
 	checkNoFailure(t, q)
 }

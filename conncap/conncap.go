@@ -132,8 +132,8 @@ func WithLiveness(live func(app, user, conn string) bool) Option {
 }
 
 // New returns a Cap whose connections are member leases of limiter's node.
-// The Limiter's store must implement keycap.Syncer (memstore, redisstore and
-// pgstore do). Close withdraws the node's connections.
+// The Limiter's store must implement keycap.Syncer (its doc lists the stores
+// that do). Close withdraws the node's connections.
 func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
 	if limiter == nil {
 		return nil, errors.New("conncap: New: limiter is nil")
@@ -203,7 +203,7 @@ func (e *OverCapError) Is(target error) bool {
 	return target == ErrOverCap || target == keycap.ErrLimitExceeded
 }
 
-// Admit counts connection conn of user against app's cap, or refuses it with
+// Admit counts the connection connID of user against app's cap, or refuses it with
 // an *OverCapError. Admitting a connection already admitted (for the same
 // user) does nothing and succeeds. An uncapped app (cap 0) admits everything
 // without a store call. When the store cannot answer within the decision
@@ -257,7 +257,7 @@ func (c *Cap) Admit(ctx context.Context, app, user, connID string) error {
 	return nil
 }
 
-// Leave releases connection conn of app. Leaving a connection that was never
+// Leave releases the connection connID of app. Leaving a connection that was never
 // admitted does nothing. If the release does not reach the store, the next
 // heartbeat drops the ghost it leaves.
 func (c *Cap) Leave(app, connID string) {

@@ -6,12 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
-	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/memstore"
-	"github.com/keycap/keycap/redisstore"
 )
 
 var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })
@@ -48,9 +48,9 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			hc := client(g)
 			get := func(url string) func(int) error {
-				return func(w int) error { return testenv.GetOK(hc, url, "X-User", fmt.Sprint(w)) }
+				return func(w int) error { return testkit.GetOK(hc, url, "X-User", fmt.Sprint(w)) }
 			}
-			t := testenv.Alternate(b, g, 500, 100, get(bare.URL), get(limited.URL))
+			t := testkit.Alternate(b, g, 500, 100, get(bare.URL), get(limited.URL))
 			bareTime, limitedTime := t[0], t[1]
 			b.ReportMetric(float64(bareTime)/float64(limitedTime), "limited/bare")
 			b.ReportMetric(float64(b.N)/limitedTime.Seconds(), "limited-req/s")
@@ -81,26 +81,6 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisRoundTrips counts the Redis round trips each request adds
-// (rt/op): one acquire and one release.
-func BenchmarkRedisRoundTrips(b *testing.B) {
-	c := testenv.Redis(b)
-	store, err := redisstore.New(c, redisstore.WithPrefix(testenv.Prefix(b, c)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := benchLimiters(b, store).Must("api")(hello)
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.Header.Set("X-User", "u")
-	h.ServeHTTP(httptest.NewRecorder(), r) // load the script, open a connection
-	rt := testenv.CountRoundTrips(c)
-	before := rt.Load()
-	for b.Loop() {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			b.Fatalf("status %d", w.Code)
-		}
-	}
-	b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "rt/op")
+func client(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 30 * time.Second}
 }

@@ -17,12 +17,12 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
-	"github.com/keycap/keycap/internal/testwait"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
-func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 type env struct {
 	limiter  *keycap.Limiter
@@ -76,14 +76,14 @@ func (e *env) register(t *testing.T, name string, fn httplimit.LimitFunc) {
 // requests it saw.
 type gate struct {
 	entered chan struct{}
-	release *testwait.Gate
+	release *testkit.Gate
 	runs    atomic.Int32
 }
 
 // newGate returns a gate that t's cleanup opens, so that a failed test never
 // leaves a request blocked.
 func newGate(t *testing.T) *gate {
-	g := &gate{entered: make(chan struct{}, 100), release: testwait.NewGate()}
+	g := &gate{entered: make(chan struct{}, 100), release: testkit.NewGate()}
 	t.Cleanup(g.release.Open)
 	return g
 }
@@ -103,7 +103,7 @@ func wait(t *testing.T, wg *sync.WaitGroup) {
 		wg.Wait()
 		close(done)
 	}()
-	testwait.Recv(t, done, 10*time.Second, "the requests in flight to end")
+	testkit.Recv(t, done, 10*time.Second, "the requests in flight to end")
 }
 
 func do(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
@@ -400,10 +400,10 @@ func TestWaitForASlot(t *testing.T) {
 	wg := holding(t, h, g, req("192.0.2.1:1"))
 	got := make(chan int, 1)
 	go func() { got <- do(h, req("192.0.2.1:2")).Code }()
-	testwait.Recv(t, store.refused, 10*time.Second, "the refusal") // the second request found the pool full: it waits
-	g.release.Open()                                               // the first request ends; the waiter gets its slot
+	testkit.Recv(t, store.refused, 10*time.Second, "the refusal") // the second request found the pool full: it waits
+	g.release.Open()                                              // the first request ends; the waiter gets its slot
 	wait(t, wg)
-	if code := testwait.Recv(t, got, 10*time.Second, "the waiting request"); code != http.StatusOK {
+	if code := testkit.Recv(t, got, 10*time.Second, "the waiting request"); code != http.StatusOK {
 		t.Fatalf("waiting request: %d", code)
 	}
 	if g.runs.Load() != 2 {
@@ -564,7 +564,7 @@ func TestStreamKeepsItsSlot(t *testing.T) {
 		next <- struct{}{}
 	}
 	close(next)
-	testwait.Recv(t, done, 10*time.Second, "the stream's end")
+	testkit.Recv(t, done, 10*time.Second, "the stream's end")
 	if e.rec.Count(keycap.LeaseLost, "") != 0 {
 		t.Fatal("the stream's lease was lost")
 	}
@@ -608,10 +608,10 @@ func TestClientDisconnectFreesTheSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Recv(t, started, 10*time.Second, "the stream's start")
+	testkit.Recv(t, started, 10*time.Second, "the stream's start")
 	cancel()
 	resp.Body.Close()
-	testwait.Recv(t, returned, 10*time.Second, "the handler's return")
+	testkit.Recv(t, returned, 10*time.Second, "the handler's return")
 	waitReleased(t, e.rec, 1)
 	r2, err := http.Get(srv.URL + "/again")
 	if err == nil {

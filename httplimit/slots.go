@@ -21,16 +21,16 @@ const DefaultRetryAfter = time.Second
 type Slots struct {
 	max        int
 	key        string
-	keySet     bool
 	wait       time.Duration
 	ttl        time.Duration
-	ttlSet     bool
 	retryAfter time.Duration
-	retrySet   bool
-	fail       keycap.FailMode
 	budget     time.Duration
-	budgetSet  bool
 	respond    ResponseFunc
+	fail       keycap.FailMode
+	keySet     bool
+	ttlSet     bool
+	retrySet   bool
+	budgetSet  bool
 }
 
 // ResponseFunc writes the response to a refused request. err names the limit

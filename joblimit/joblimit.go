@@ -33,8 +33,8 @@ type Limiter struct {
 }
 
 // New returns a Limiter that takes slots from l. Rules with a deadline need a
-// store that keeps marks (keycap.Marker), as memstore, redisstore and
-// pgstore do.
+// store that keeps marks: a keycap.Marker, whose doc lists the stores that
+// are.
 func New(l *keycap.Limiter) (*Limiter, error) {
 	if l == nil {
 		return nil, errors.New("joblimit: New: limiter is nil")

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/internal/testwait"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
-func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 func newLimiter(t *testing.T, store keycap.Store) (*joblimit.Limiter, *keycaptest.Recorder) {
 	t.Helper()
@@ -60,7 +60,7 @@ func hold(t *testing.T, jl *joblimit.Limiter, rule joblimit.Rule, job jobtype.Jo
 	t.Cleanup(func() { once.Do(func() { close(done) }) }) // a failed test leaves no job running
 	return func() {
 		once.Do(func() { close(done) })
-		if err := testwait.Recv(t, errc, 10*time.Second, "the holding job's end"); err != nil {
+		if err := testkit.Recv(t, errc, 10*time.Second, "the holding job's end"); err != nil {
 			t.Error(err)
 		}
 	}

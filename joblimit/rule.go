@@ -94,15 +94,16 @@ func WithBudget(d time.Duration) Option { return Option{func(r *Rule) { r.budget
 
 // WithDeadline bounds how long a job may keep waiting for a slot, counted
 // from the first time it found none. Past it, the job fails with an error
-// matching ErrDeadline, through the queue's normal failure path. The wait
+// matching jobtype.ErrDeadline, through the queue's normal failure path. The
+// store must keep marks (keycap.Marker). The wait
 // itself never spends the job's attempts, so the deadline, not a count, bounds
 // it; real errors keep counting against the queue's retry limit. 0 (the
 // default) waits without bound.
 func WithDeadline(d time.Duration) Option { return Option{func(r *Rule) { r.deadline = d }} }
 
 // NewRule returns a rule letting at most max jobs run at once per key (0
-// refuses every job). An
-// invalid setting returns a *keycap.InvalidLimitError naming it.
+// refuses every job). An invalid setting returns a *keycap.InvalidLimitError
+// naming it.
 func NewRule(key string, max int, opts ...Option) (Rule, error) {
 	r := Rule{key: key, max: max, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
 	for _, o := range opts {

@@ -115,8 +115,10 @@ func (e *DeadlineError) Unwrap() error { return e.Err }
 // clock the first time, and returns a *DeadlineError wrapping cause once
 // that exceeds deadline; nil before. The clock is a mark in the Limiter's
 // store (keycap.Limiter.Since), by the store's clock, so it counts whichever
-// server runs each attempt. When the store cannot say, it returns nil: the
-// job is released rather than failed.
+// server runs each attempt. When the store fails, it returns nil: the job is
+// released rather than failed. When the store keeps no marks, it returns
+// keycap.ErrNoMarks: a deadline on such a store is a configuration error, and
+// the job fails with it rather than wait without the bound it was given.
 func CheckDeadline(ctx context.Context, l *keycap.Limiter, by, key string, job Job, deadline time.Duration, cause error) error {
 	if job.ID == "" {
 		return fmt.Errorf("keycap: %s: a deadline needs the job's ID", by)

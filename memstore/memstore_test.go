@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/storedoc"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/storetest"
 )
@@ -128,3 +129,7 @@ func TestThousandsOfGoroutines(t *testing.T) {
 		t.Fatalf("%d grants, want %d (every waiter gets in)", granted.Load(), goroutines*10)
 	}
 }
+
+// TestDocsListThisStore: every keycap interface memstore implements lists it in
+// its doc, and none lists it that it does not implement.
+func TestDocsListThisStore(t *testing.T) { storedoc.Check(t, "memstore", memstore.New()) }

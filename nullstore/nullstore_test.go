@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/storedoc"
 	"github.com/keycap/keycap/nullstore"
 	"github.com/keycap/keycap/storetest"
 )
@@ -15,3 +16,7 @@ func TestConformance(t *testing.T) {
 		return func() keycap.Store { return s }
 	}, storetest.GrantsEverything("nullstore turns limits off"))
 }
+
+// TestDocsListThisStore: every keycap interface nullstore implements lists it in
+// its doc, and none lists it that it does not implement.
+func TestDocsListThisStore(t *testing.T) { storedoc.Check(t, "nullstore", nullstore.New()) }

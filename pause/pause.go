@@ -83,7 +83,8 @@ func WithJitter(d time.Duration) Option {
 func WithJobDeadline(d time.Duration) Option { return Option{func(c *config) { c.deadline = d }} }
 
 // New returns the pauses kept in limiter's store, which must implement
-// keycap.Pauser (memstore, redisstore and pgstore do).
+// keycap.Pauser (its doc lists the stores that do); pacing (WithRate) needs
+// a keycap.Pacer too.
 func New(limiter *keycap.Limiter, opts ...Option) (*Pauses, error) {
 	if limiter == nil {
 		return nil, errors.New("pause: New: limiter is nil")

@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/internal/testwait"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pause"
 )
 
-func TestMain(m *testing.M) { testwait.VerifyNoLeaks(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 // vendor is a test API: it answers each request with the next scripted
 // response (the last one repeats), and counts requests.

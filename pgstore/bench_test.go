@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/pgstore"
 )
 
 // BenchmarkRoundTrips reports the round trips (rt/op) of each decision,
 // counted on the wire.
 func BenchmarkRoundTrips(b *testing.B) {
-	pool, w := testenv.PostgresCounted(b, 1)
-	schema := testenv.Schema(b, pool)
+	pool, w := pgenv.Counted(b, 1)
+	schema := pgenv.Schema(b, pool)
 	ctx := context.Background()
 	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
 		b.Fatal(err)
@@ -80,8 +81,8 @@ func BenchmarkRoundTrips(b *testing.B) {
 func BenchmarkPairsVsSelect1(b *testing.B) {
 	for _, conns := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
-			pool, _ := testenv.PostgresCounted(b, int32(conns))
-			schema := testenv.Schema(b, pool)
+			pool, _ := pgenv.Counted(b, int32(conns))
+			schema := pgenv.Schema(b, pool)
 			ctx := context.Background()
 			if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
 				b.Fatal(err)
@@ -96,7 +97,7 @@ func BenchmarkPairsVsSelect1(b *testing.B) {
 				}
 				return s.Release(ctx, p, o)
 			}
-			t := testenv.Alternate(b, conns, max(conns*50, 500), 200, select1, pair)
+			t := testkit.Alternate(b, conns, max(conns*50, 500), 200, select1, pair)
 			selTime, pairTime := t[0], t[1]
 			b.ReportMetric(float64(selTime)/float64(pairTime), "pairs/select1")
 			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
@@ -113,8 +114,8 @@ func BenchmarkPairsVsSelect1(b *testing.B) {
 // reusable). Run it with -benchtime 1x.
 func BenchmarkTableGrowth(b *testing.B) {
 	const total, keys, conns = 1_000_000, 10_000, 32
-	pool, _ := testenv.PostgresCounted(b, conns)
-	schema := testenv.Schema(b, pool)
+	pool, _ := pgenv.Counted(b, conns)
+	schema := pgenv.Schema(b, pool)
 	ctx := context.Background()
 	if err := pgstore.Migrate(ctx, pool, pgstore.WithSchema(schema)); err != nil {
 		b.Fatal(err)

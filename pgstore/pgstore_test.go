@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/keycap/keycap"
-	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/storedoc"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/pgstore"
 	"github.com/keycap/keycap/storetest"
 )
@@ -20,8 +21,8 @@ import (
 // migrated returns a fresh schema of the test's own, migrated.
 func migrated(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
-	pool := testenv.Postgres(t)
-	schema := testenv.Schema(t, pool)
+	pool := pgenv.Pool(t)
+	schema := pgenv.Schema(t, pool)
 	if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -35,7 +36,7 @@ func TestConformance(t *testing.T) {
 		// Each store has a pool of its own: independent connections, as
 		// separate processes would have.
 		return func() keycap.Store {
-			s, err := pgstore.New(testenv.Postgres(t), pgstore.WithSchema(schema))
+			s, err := pgstore.New(pgenv.Pool(t), pgstore.WithSchema(schema))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +91,7 @@ func TestOptionsAreChecked(t *testing.T) {
 
 func newStore(t *testing.T, schema string, opts ...pgstore.Option) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(testenv.Postgres(t), append([]pgstore.Option{pgstore.WithSchema(schema)}, opts...)...)
+	s, err := pgstore.New(pgenv.Pool(t), append([]pgstore.Option{pgstore.WithSchema(schema)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +263,19 @@ func TestSweepsNeverDeadlock(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestDocsListThisStore: every keycap interface pgstore implements lists it
+// in its doc, and none lists it that it does not implement.
+func TestDocsListThisStore(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none") // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storedoc.Check(t, "pgstore", s)
 }

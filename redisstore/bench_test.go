@@ -11,6 +11,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/redisstore"
 )
 
@@ -181,7 +182,7 @@ func BenchmarkPairsVsPing(b *testing.B) {
 				return s.Release(ctx, pools[w], o)
 			}
 			// 200 of each first warm the connection pool.
-			t := testenv.Alternate(b, g, max(g*50, 500), 200, ping, pair)
+			t := testkit.Alternate(b, g, max(g*50, 500), 200, ping, pair)
 			pingTime, pairTime := t[0], t[1]
 			b.ReportMetric(float64(pingTime.Nanoseconds())/float64(pairTime.Nanoseconds()), "pairs/ping")
 			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
@@ -246,7 +247,7 @@ func BenchmarkReplicaAcks(b *testing.B) {
 	}
 	for _, g := range []int{1, 8} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			t := testenv.Alternate(b, g, 200, 50, pair(plain), pair(acked))
+			t := testkit.Alternate(b, g, 200, 50, pair(plain), pair(acked))
 			b.ReportMetric(float64(t[0])/float64(t[1]), "acked-pairs/plain-pairs")
 			b.ReportMetric(float64(t[1].Microseconds())/float64(b.N), "acked-us/pair")
 			b.ReportMetric(float64(t[0].Microseconds())/float64(b.N), "plain-us/pair")

@@ -169,6 +169,11 @@ func TestNewRequiresContextTimeouts(t *testing.T) {
 	if _, err := redisstore.New(cc); err == nil {
 		t.Fatal("a cluster client without ContextTimeoutEnabled accepted")
 	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if _, err := redisstore.New(ring); err == nil {
+		t.Fatal("a ring without ContextTimeoutEnabled accepted")
+	}
 }
 
 // TestHungRedisCostsTheBudget: a Redis that accepts and never answers (here

@@ -21,7 +21,7 @@
 //
 // Every call is bounded by its context's deadline — the Limiter's decision
 // budget, when it is one — so the client must have ContextTimeoutEnabled: New
-// refuses a *redis.Client or *redis.ClusterClient without it, since go-redis
+// refuses a *redis.Client, *redis.ClusterClient or *redis.Ring without it, since go-redis
 // would otherwise wait its own read timeout, and retry it, past any budget.
 //
 // On Redis Cluster the store helps the client follow a failover: when a
@@ -120,7 +120,9 @@ func WithReplicaAcks(n int, timeout time.Duration) Option {
 }
 
 // New returns a store that uses client, which may be a *redis.Client, a
-// failover client or a *redis.ClusterClient, with ContextTimeoutEnabled. It
+// failover client, a *redis.ClusterClient or a *redis.Ring, with
+// ContextTimeoutEnabled (New refuses those without it; a client of another
+// type, a wrapper of your own, must have it too, unchecked). It
 // makes no call to Redis but, on a cluster, one CLUSTER SLOTS in the
 // background: a Redis that is down at start-up is a store failure on first
 // use, handled by each limit's fail mode.
@@ -134,6 +136,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, errContextTimeouts
 		}
 	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errContextTimeouts
+		}
+	case *redis.Ring:
 		if !c.Options().ContextTimeoutEnabled {
 			return nil, errContextTimeouts
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/storedoc"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/redisstore"
 	"github.com/keycap/keycap/storetest"
@@ -174,4 +175,24 @@ func TestIdlePoolLeavesNoKey(t *testing.T) {
 	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
 		t.Fatalf("key still exists after the last release: %d %v", n, err)
 	}
+	// A node's heartbeat that finds none of its members left (a user's
+	// connections all gone) deletes the key too.
+	node := keycap.NewNodeID("n")
+	if _, err := s.Acquire(ctx, p, keycap.NodeOwner(node, "c1"), 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx, node, time.Minute, []keycap.SyncPool{{Pool: p}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
+		t.Fatalf("key still exists after a sync emptied the pool: %d %v", n, err)
+	}
+}
+
+// TestDocsListThisStore: every keycap interface redisstore implements lists
+// it in its doc, and none lists it that it does not implement.
+func TestDocsListThisStore(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+	defer c.Close()
+	storedoc.Check(t, "redisstore", newStore(t, c, ""))
 }

@@ -180,17 +180,15 @@ func throttledStatus(status int, h http.Header, body []byte, hinted bool) bool {
 		return true
 	case http.StatusServiceUnavailable, 529:
 		return hinted
-	default:
-		if status >= 500 && status < 600 {
-			return hinted // Parse only gets here with a Retry-After
-		}
 	case http.StatusForbidden:
 		if remaining(h, "X-Ratelimit-Remaining") == 0 || remaining(h, "X-Rate-Limit-Remaining") == 0 || h.Get("Retry-After") != "" {
 			return true
 		}
 		return strings.Contains(strings.ToLower(string(body[:min(len(body), 4096)])), "rate limit")
+	default:
+		// Other 5xx: Parse only gets here with a Retry-After.
+		return status >= 500 && status < 600 && hinted
 	}
-	return false
 }
 
 // remaining parses a remaining-count header: -1 when absent or unparseable.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/riverlimit"
@@ -38,8 +39,8 @@ func BenchmarkJobs(b *testing.B) {
 }
 
 func benchJobs(b *testing.B, store string, work time.Duration) {
-	pool := testenv.Postgres(b)
-	schema := testenv.Schema(b, pool)
+	pool := pgenv.Pool(b)
+	schema := pgenv.Schema(b, pool)
 	migrateTB(b, pool, schema)
 	prefix := testenv.Prefix(b, testenv.Redis(b))
 	done := map[string]chan struct{}{"bare": make(chan struct{}, 1024), "limited": make(chan struct{}, 1024)}

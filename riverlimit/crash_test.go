@@ -2,7 +2,6 @@ package riverlimit_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,14 +15,17 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/jobtest"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/redisstore"
 	"github.com/keycap/keycap/riverlimit"
 )
 
 func TestMain(m *testing.M) {
-	switch testenv.HelperRole() {
+	switch testkit.HelperRole() {
 	case "river-worker":
 		os.Exit(crashingWorker())
 	case "river-pause-worker":
@@ -36,17 +38,13 @@ type hangArgs struct{}
 
 func (hangArgs) Kind() string { return "hang" }
 
-const crashTTL = 2 * time.Second
-
-func crashRule(*rivertype.JobRow) (joblimit.Rule, bool) {
-	return joblimit.MustRule("crash", 1, joblimit.WithTTL(crashTTL)), true
-}
+func crashRule(*rivertype.JobRow) (joblimit.Rule, bool) { return jobtest.CrashRule(), true }
 
 // crashingWorker is the helper process: a River client whose "hang" jobs
 // never end, until the test kills it.
 func crashingWorker() int {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL())
+	pool, err := pgxpool.New(ctx, pgenv.URL())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -85,11 +83,11 @@ func crashingWorker() int {
 // as usual, here on another client.
 func TestWorkerKilledMidJob(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
+	pool := pgenv.Pool(t)
 	schema := migrate(t, pool)
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t, rdb)
-	h := testenv.StartHelper(t, "river-worker", "ready", "KEYCAP_CRASH_SCHEMA="+schema, "KEYCAP_CRASH_PREFIX="+prefix)
+	h := testkit.StartHelper(t, "river-worker", "ready", "KEYCAP_CRASH_SCHEMA="+schema, "KEYCAP_CRASH_PREFIX="+prefix)
 
 	ctx := context.Background()
 	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
@@ -105,38 +103,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	}
 
 	store, _ := redisstore.New(rdb, redisstore.WithPrefix(prefix))
-	probe, err := keycap.NewLimiter(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	slot := keycap.MustLimit("job:hang", "crash", 1, keycap.WithFamily(keycap.FamilyJob))
-	if _, err := probe.Acquire(ctx, slot); !errors.Is(err, keycap.ErrLimitExceeded) {
-		t.Fatalf("while the job runs its slot should be held: %v", err)
-	}
-	// The job outlives its slot's TTL: the worker's renewals keep the slot.
-	time.Sleep(2*crashTTL + crashTTL/8)
-	if _, err := probe.Acquire(ctx, slot); !errors.Is(err, keycap.ErrLimitExceeded) {
-		t.Fatalf("after twice the TTL the running job's slot should still be held: %v", err)
-	}
-	h.Kill()
-	killed := time.Now()
-	for {
-		lease, err := probe.Acquire(ctx, slot)
-		if err == nil {
-			lease.Release()
-			break
-		}
-		if time.Since(killed) > crashTTL+time.Second {
-			t.Fatalf("slot still held %s after the worker died (TTL %s)", time.Since(killed), crashTTL)
-		}
-		time.Sleep(20 * time.Millisecond) // expiry is time passing: nothing to wait on but time
-	}
-	freed := time.Since(killed)
-	t.Logf("slot freed %s after the kill (TTL %s)", freed.Round(time.Millisecond), crashTTL)
-	if freed > crashTTL+200*time.Millisecond {
-		t.Errorf("slot freed %s after the kill, later than its TTL of %s", freed, crashTTL)
-	}
+	jobtest.CheckKilledWorkerFreesSlot(t, store, hangArgs{}.Kind(), h.Kill)
 
 	// River rescues the stuck job and retries it, as for any crash.
 	done := make(chan *rivertype.JobRow, 1)

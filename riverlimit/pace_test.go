@@ -13,6 +13,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/pause"
 	"github.com/keycap/keycap/redisstore"
 	"github.com/keycap/keycap/riverlimit"
@@ -22,7 +23,7 @@ import (
 // Redis: they start at least 200 ms apart, and each on its first attempt.
 func TestPaceJobs(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
+	pool := pgenv.Pool(t)
 	schema := migrate(t, pool)
 	rdb := testenv.Redis(t)
 	store, _ := redisstore.New(rdb, redisstore.WithPrefix(testenv.Prefix(t, rdb)))

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +16,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/jobtest"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/pause"
 	"github.com/keycap/keycap/redisstore"
 	"github.com/keycap/keycap/riverlimit"
@@ -41,45 +41,25 @@ type callWorker struct {
 }
 
 func (w *callWorker) Work(ctx context.Context, job *river.Job[callArgs]) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, w.url, nil)
-	resp, err := w.http.Do(req)
-	if err != nil {
+	// Throttled: RespectPauses pauses the API and snoozes the job.
+	if err := jobtest.CallVendor(ctx, w.http, w.ps, w.url); err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	if err := w.ps.Check(resp); err != nil {
-		return err // throttled: RespectPauses pauses the API and snoozes the job
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("vendor answered %d", resp.StatusCode)
 	}
 	w.done(job.JobRow)
 	return nil
 }
 
-// vendorPauses returns Pauses on the shared Redis, with a client of its own,
-// and an HTTP client whose transport respects them. Releases are exercised:
-// nothing waits in place.
+// vendorPauses returns the pause tests' Pauses on the shared Redis, with a
+// client of its own.
 func vendorPauses(rdb redis.UniversalClient, prefix string) (*pause.Pauses, *http.Client, error) {
 	store, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 	if err != nil {
 		return nil, nil, err
 	}
-	// A Limiter that only makes store calls (no leases) starts no
-	// goroutine: nothing to close.
-	l, err := keycap.NewLimiter(store)
-	if err != nil {
-		return nil, nil, err
-	}
-	ps, err := pause.New(l, pause.WithJitter(300*time.Millisecond))
-	if err != nil {
-		return nil, nil, err
-	}
-	tr := ps.Transport(nil, pause.WithAPIName(func(*http.Request) string { return "vendor" }), pause.WithMaxWaitInPlace(0))
-	return ps, &http.Client{Transport: tr}, nil
+	return jobtest.VendorPauses(store)
 }
 
-func vendorAPI(*rivertype.JobRow) (string, bool) { return "vendor", true }
+func vendorAPI(*rivertype.JobRow) (string, bool) { return jobtest.Vendor, true }
 
 func startCallClient(pool *pgxpool.Pool, schema string, ps *pause.Pauses, hc *http.Client, url string, workers int, done func(*rivertype.JobRow)) (*river.Client[pgx.Tx], error) {
 	w := river.NewWorkers()
@@ -103,7 +83,7 @@ func startCallClient(pool *pgxpool.Pool, schema string, ps *pause.Pauses, hc *ht
 // River client with one worker; it prints "done <job id> <attempt>".
 func pauseWorker() int {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL())
+	pool, err := pgxpool.New(ctx, pgenv.URL())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -122,28 +102,21 @@ func pauseWorker() int {
 	select {}
 }
 
-// insertStaggered inserts one job, waits until the vendor throttled it and
-// the pause is in Redis, then inserts two more: all three meet the pause.
-func insertStaggered(t *testing.T, pool *pgxpool.Pool, schema string, v *testenv.Vendor, ps *pause.Pauses) {
+// insertStaggered inserts three jobs, the last two once the first met the
+// vendor's 429.
+func insertStaggered(t *testing.T, pool *pgxpool.Pool, schema string, v *testkit.Vendor, ps *pause.Pauses) {
 	t.Helper()
-	ctx := context.Background()
 	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inserter.Insert(ctx, callArgs{N: 1}, nil); err != nil {
-		t.Fatal(err)
-	}
-	v.WaitRequests(t, 1)
-	for {
-		if left, err := ps.Paused(ctx, "vendor"); err == nil && left > 0 {
-			break
+	n := 0
+	jobtest.EnqueueStaggered(t, v, ps, func() {
+		n++
+		if _, err := inserter.Insert(context.Background(), callArgs{N: n}, nil); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond) // the 429 is being recorded
-	}
-	if _, err := inserter.InsertMany(ctx, []river.InsertManyParams{{Args: callArgs{N: 2}}, {Args: callArgs{N: 3}}}); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 func checkSnoozed(t *testing.T, pool *pgxpool.Pool, schema string) {
@@ -162,10 +135,10 @@ func checkSnoozed(t *testing.T, pool *pgxpool.Pool, schema string) {
 // pause, all succeed after it, and no job's attempt count moved.
 func TestRespectPauses(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
+	pool := pgenv.Pool(t)
 	schema := migrate(t, pool)
 	rdb := testenv.Redis(t)
-	v := testenv.NewVendor(t, 2*time.Second)
+	v := testkit.NewVendor(t, 2*time.Second)
 	ps, hc, err := vendorPauses(rdb, testenv.Prefix(t, rdb))
 	if err != nil {
 		t.Fatal(err)
@@ -195,39 +168,22 @@ func TestRespectPauses(t *testing.T) {
 // processes sharing Redis, one worker each.
 func TestRespectPausesAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
+	pool := pgenv.Pool(t)
 	schema := migrate(t, pool)
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t, rdb)
-	v := testenv.NewVendor(t, 2*time.Second)
+	v := testkit.NewVendor(t, 2*time.Second)
 	env := []string{"KEYCAP_PAUSE_SCHEMA=" + schema, "KEYCAP_PAUSE_PREFIX=" + prefix, "KEYCAP_VENDOR_URL=" + v.URL}
-	helpers := []*testenv.Helper{
-		testenv.StartHelper(t, "river-pause-worker", "ready", env...),
-		testenv.StartHelper(t, "river-pause-worker", "ready", env...),
+	helpers := []*testkit.Helper{
+		testkit.StartHelper(t, "river-pause-worker", "ready", env...),
+		testkit.StartHelper(t, "river-pause-worker", "ready", env...),
 	}
 	ps, _, err := vendorPauses(rdb, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	insertStaggered(t, pool, schema, v, ps)
-	timeout := time.After(time.Minute)
-	for done := 0; done < 3; {
-		var line string
-		select {
-		case line = <-helpers[0].Lines():
-		case line = <-helpers[1].Lines():
-		case <-timeout:
-			t.Fatalf("%d of 3 jobs succeeded", done)
-		}
-		f := strings.Fields(line)
-		if len(f) != 3 || f[0] != "done" {
-			continue
-		}
-		done++
-		if attempt, _ := strconv.Atoi(f[2]); attempt != 1 {
-			t.Errorf("job %s succeeded on attempt %s, want 1", f[1], f[2])
-		}
-	}
+	jobtest.AwaitDone(t, helpers, 3, "1") // River counts the first attempt
 	v.CheckPauseHeld(t, 3)
 	checkSnoozed(t, pool, schema)
 }

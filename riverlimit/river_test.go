@@ -19,6 +19,8 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/joblimit"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/pgstore"
@@ -35,7 +37,7 @@ func (keyedArgs) Kind() string { return "keyed" }
 
 type keyedWorker struct {
 	river.WorkerDefaults[keyedArgs]
-	conc     *testenv.Concurrency
+	conc     *testkit.Concurrency
 	work     time.Duration
 	attempts chan int // the attempt number of each completed run
 }
@@ -56,7 +58,7 @@ func (w *keyedWorker) Work(ctx context.Context, job *river.Job[keyedArgs]) error
 // migrate installs River's tables in a schema of the test's own.
 func migrate(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	schema := testenv.Schema(t, pool)
+	schema := pgenv.Schema(t, pool)
 	migrateTB(t, pool, schema)
 	return schema
 }
@@ -96,7 +98,7 @@ func newJobsTB(t testing.TB, prefix string) *joblimit.Limiter {
 
 func newClient(t *testing.T, schema string, workers *river.Workers, mw rivertype.WorkerMiddleware, maxWorkers int) (*river.Client[pgx.Tx], *pgxpool.Pool) {
 	t.Helper()
-	pool := testenv.Postgres(t) // a pool of its own, as another server would have
+	pool := pgenv.Pool(t) // a pool of its own, as another server would have
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema:            schema,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
@@ -139,13 +141,13 @@ func TestTwoClients(t *testing.T) {
 	// The same on PostgreSQL alone: slots in pgstore, in River's own database.
 	t.Run("pgstore", func(t *testing.T) {
 		t.Parallel()
-		pool := testenv.Postgres(t)
-		schema := testenv.Schema(t, pool)
+		pool := pgenv.Pool(t)
+		schema := pgenv.Schema(t, pool)
 		if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
 			t.Fatal(err)
 		}
 		twoClients(t, func() *joblimit.Limiter {
-			store, err := pgstore.New(testenv.Postgres(t), pgstore.WithSchema(schema))
+			store, err := pgstore.New(pgenv.Pool(t), pgstore.WithSchema(schema))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,8 +164,8 @@ func TestTwoClients(t *testing.T) {
 
 func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
 	const jobsN, keys, limit = 200, 10, 2
-	schema := migrate(t, testenv.Postgres(t))
-	conc := testenv.NewConcurrency()
+	schema := migrate(t, pgenv.Pool(t))
+	conc := testkit.NewConcurrency()
 	attempts := make(chan int, jobsN)
 	var clients []*river.Client[pgx.Tx]
 	var pool *pgxpool.Pool

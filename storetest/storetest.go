@@ -9,8 +9,10 @@
 //		})
 //	}
 //
-// The suite checks the contract through the Store interface and through a
-// keycap.Limiter on top of it, under load from several clients at once.
+// The suite checks the contract through the Store interface, through a
+// keycap.Limiter on top of it, under load from several clients at once, and
+// through the front doors that need more than the three methods (connection
+// caps across nodes on a keycap.Syncer).
 package storetest
 
 import (
@@ -101,6 +103,9 @@ func Run(t *testing.T, ns Namespace, opts ...Option) {
 			}
 			tc.fn(t, ns(t))
 		})
+	}
+	if !c.grantsAll {
+		t.Run("ConnCaps", func(t *testing.T) { testConnCaps(t, ns) })
 	}
 }
 

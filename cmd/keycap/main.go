@@ -21,7 +21,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/keycap/keycap/gateway"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap/cmd/keycap/internal/gateway"
 )
 
 const usage = `keycap: a gateway that caps requests in flight per key and WebSockets per user.
@@ -100,6 +102,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	redis.SetLogger(gateway.RedisLogger(s.Logger())) // the binary's own global, not the package's
 	for got := range sig {
 		if got == syscall.SIGHUP {
 			_ = s.Reload() // a bad file keeps the old configuration; the log says why

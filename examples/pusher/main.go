@@ -21,12 +21,12 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
-	"github.com/keycap/keycap/internal/pushertest"
+	"github.com/keycap/keycap/internal/pusherserver"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pushercap"
 )
 
-var app = pushertest.App{ID: "1", Key: "app-key", Secret: "app-secret"}
+var app = pusherserver.App{ID: "1", Key: "app-key", Secret: "app-secret"}
 
 func main() {
 	if err := run(); err != nil {
@@ -53,7 +53,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv := httptest.NewServer(pushertest.New(gate, app))
+	srv := httptest.NewServer(pusherserver.New(gate, app))
 	defer srv.Close()
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/app/" + app.Key + "?protocol=7"
 	fmt.Printf("Pusher-protocol server at %s, at most 2 connections per user\n\n", url)
@@ -90,7 +90,7 @@ func connect(url, user, secret string) error {
 	}
 	_ = json.Unmarshal([]byte(est.Data), &d)
 	cd := fmt.Sprintf(`{"user_id":%q,"user_info":{}}`, user)
-	auth := pushertest.Sign(pushertest.App{Key: app.Key, Secret: secret}, d.SocketID+":presence-room:"+cd)
+	auth := pusherserver.Sign(pusherserver.App{Key: app.Key, Secret: secret}, d.SocketID+":presence-room:"+cd)
 	sub, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{
 		"channel": "presence-room", "auth": auth, "channel_data": cd}})
 	if err := ws.Write(ctx, websocket.MessageText, sub); err != nil {

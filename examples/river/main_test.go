@@ -4,15 +4,16 @@ import (
 	"testing"
 
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testenv/pgenv"
 )
 
 func TestExampleRuns(t *testing.T) {
-	testenv.Postgres(t) // fails or skips, as the suite says, when PostgreSQL is missing
-	if err := run(testenv.PostgresURL(), ""); err != nil {
+	pgenv.Pool(t) // fails or skips, as the suite says, when PostgreSQL is missing
+	if err := run(pgenv.URL(), ""); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Redis(t)
-	if err := run(testenv.PostgresURL(), testenv.RedisAddr()); err != nil {
+	if err := run(pgenv.URL(), testenv.RedisAddr()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,42 @@
+module github.com/keycap/keycap/cmd/keycap
+
+go 1.26.0
+
+require (
+	github.com/MicahParks/keyfunc/v3 v3.9.2
+	github.com/coder/websocket v1.8.15
+	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/keycap/keycap v0.0.0-00010101000000-000000000000
+	github.com/keycap/keycap/internal/pusherserver v0.0.0-00010101000000-000000000000
+	github.com/keycap/keycap/internal/testenv v0.0.0-00010101000000-000000000000
+	github.com/keycap/keycap/promobserver v0.0.0-00010101000000-000000000000
+	github.com/keycap/keycap/redisstore v0.0.0-00010101000000-000000000000
+	github.com/prometheus/client_golang v1.25.0
+	github.com/redis/go-redis/v9 v9.23.0
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/time v0.15.0
+)
+
+require (
+	github.com/MicahParks/jwkset v0.11.4 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-redis/redis_rate/v10 v10.0.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.1 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace github.com/keycap/keycap => ../..
+
+replace github.com/keycap/keycap/redisstore => ../../redisstore
+
+replace github.com/keycap/keycap/promobserver => ../../promobserver
+
+replace github.com/keycap/keycap/internal/testenv => ../../internal/testenv
+
+replace github.com/keycap/keycap/internal/pusherserver => ../../internal/pusherserver

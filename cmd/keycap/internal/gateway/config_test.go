@@ -1,0 +1,224 @@
+package gateway_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap/cmd/keycap/internal/gateway"
+)
+
+func TestExampleConfigIsValid(t *testing.T) {
+	t.Parallel()
+	cfg, err := gateway.LoadConfig("../../../../examples/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gateway.Check(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Routes) != 2 || cfg.Routes[0].Pool != "reports" || *cfg.Routes[0].Limits[0].Max != 2 || cfg.Pusher == nil || cfg.Pusher.Upstream != cfg.Upstream {
+		t.Fatalf("parsed %+v", cfg)
+	}
+}
+
+// TestConfigErrorsNameLineAndField: every problem of a file is reported at
+// once, with its line, column and the field's path — the field whose value is
+// wrong, also when several fields share a line.
+func TestConfigErrorsNameLineAndField(t *testing.T) {
+	t.Parallel()
+	keyFile := filepath.Join(t.TempDir(), "not-a-key.pem")
+	_ = os.WriteFile(keyFile, []byte("not a key"), 0o600)
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"no upstream", "routes: []\n", []string{"line 1, column 1: upstream: required"}},
+		{"empty file", "", []string{"line 1, column 1: the file is empty"}},
+		{"only a comment", "# nothing\n", []string{"the file is empty"}},
+		{"bad upstream", "upstream: ftp://x\n", []string{"line 1, column 11: upstream: invalid URL"}},
+		{"unknown field", "upstream: http://x\nupstreem: http://y\n", []string{"line 2, column 1: upstreem: unknown field (did you mean upstream?)"}},
+		{"unknown field in a section", "upstream: http://x\nstore:\n  type: redis\n  urll: redis://x\n", []string{"line 4, column 3: store.urll: unknown field (did you mean url?)"}},
+		{"given twice", "upstream: http://x\nupstream: http://y\n", []string{"line 2, column 1: upstream: given twice"}},
+		{"wrong type", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - max: lots\n", []string{"line 6, column 14: routes[0].limits[0].max: want a whole number, not \"lots\""}},
+		{"wrong type among fields on one line", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - {max: many, key: \"header:X\", wait: 2s}\n", []string{"line 6, column 15: routes[0].limits[0].max: want a whole number"}},
+		{"bad duration among fields on one line", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, ttl: 5 minutes, retry_after: 1s}]}\n", []string{"line 3, column 48: routes[0].limits[0].ttl: invalid duration \"5 minutes\""}},
+		{"a list where a value goes", "upstream: [a, b]\n", []string{"line 1, column 11: upstream: want a single value, not a list"}},
+		{"decoding goes on", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - max: 1\n        wait: soon\n      - max: lots\n        key: header:X\n", []string{
+			"line 7, column 15: routes[0].limits[0].wait: invalid duration",
+			"line 8, column 14: routes[0].limits[1].max:",
+		}},
+		{"route problems", `upstream: http://x
+routes:
+  - name: a
+    path: exports
+    methods: [post]
+    limits:
+      - max: -1
+        key: header
+        fail_mode: maybe
+      - max: 1
+        ttl: 100us
+        on_missing: guess
+`, []string{
+			"line 4, column 11: routes[0].path: required, starting with /",
+			"line 5, column 15: routes[0].methods[0]: invalid method \"post\"",
+			"line 7, column 14: routes[0].limits[0].max: must be at least 0",
+			"line 8, column 14: routes[0].limits[0].key: invalid key \"header\"",
+			"line 9, column 20: routes[0].limits[0].fail_mode: invalid fail mode",
+			"line 11, column 14: routes[0].limits[1].ttl: must be at least 1ms",
+			"line 12, column 21: routes[0].limits[1].on_missing: invalid \"guess\"",
+		}},
+		{"bad route pattern", "upstream: http://x\nroutes:\n  - {name: a, path: \"/a/{x\", limits: [{max: 1}]}\n", []string{"line 3, column 21: routes[0].path: parsing \"/a/{x\""}},
+		{"conflicting routes", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1}]}\n  - {name: b, path: /a, limits: [{max: 1}]}\n", []string{"line 4, column 21: routes[1].path: pattern \"/a\" conflicts with pattern \"/a\""}},
+		{"zero ttl", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, ttl: 0s}]}\n", []string{"routes[0].limits[0].ttl: must be at least 1ms"}},
+		{"missing max", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - key: ip\n", []string{"line 6, column 9: routes[0].limits[0].max: required"}},
+		{"two limits on one key", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, key: \"header:x-user\"}, {max: 2, key: \"header:X-User\"}]}\n", []string{"routes[0].limits[1].key: two limits of one route on the same key \"header:X-User\""}},
+		{"claim without jwt", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits: [{max: 1, key: \"claim:sub\"}]\n", []string{"needs the jwt section"}},
+		{"shared pool, other limits", "upstream: http://x\nroutes:\n  - {name: a, path: /a, pool: p, limits: [{max: 1}]}\n  - {name: b, path: /b, pool: p, limits: [{max: 2}]}\n", []string{"line 4, column 42: routes[1].limits: routes \"a\" and \"b\" share pool \"p\""}},
+		{"route timeouts and release", "upstream: http://x\nroutes:\n  - {name: a, path: /a, release: never, timeouts: {dial: -1s}, limits: [{max: 1}]}\n", []string{"routes[0].release: invalid \"never\"", "routes[0].timeouts.dial: must be at least 0"}},
+		{"store", "upstream: http://x\nstore:\n  type: redis\n  prefix: \"a{b\"\n", []string{"line 3, column 3: store.url: required for a redis store", "line 4, column 11: store.prefix: must not contain"}},
+		{"store type", "upstream: http://x\nstore: {type: etcd}\n", []string{"line 2, column 15: store.type: invalid store \"etcd\""}},
+		{"client ip", "upstream: http://x\nclient_ip:\n  trusted_proxies: [10.0.0.0/33]\n  header: X-Real-IP\n", []string{"line 3, column 21: client_ip.trusted_proxies[0]", "line 4, column 11: client_ip.header"}},
+		{"listen and admin", "upstream: http://x\nlisten: [\"127.0.0.1:8080\", \"localhost\"]\nadmin: \":99999\"\n", []string{"line 2, column 28: listen[1]: invalid address \"localhost\"", "line 3, column 8: admin: invalid port \"99999\""}},
+		{"server", "upstream: http://x\nserver: {max_body: 10 parsecs, max_connections: -1, idle_timeout: forever}\n", []string{"server.max_body: invalid size", "server.max_connections: must be at least 0", "server.idle_timeout: invalid duration"}},
+		{"pusher", `upstream: http://x
+pusher:
+  store_error_code: 4301
+  apps:
+    - id: "1"
+      key: k
+      error_code: 4200
+    - {id: "2", key: k, secret: s}
+    - {id: "3", key: "a/b", secret: s}
+`, []string{
+			"line 3, column 21: pusher.store_error_code: 4301 would stop pusher-js from reconnecting",
+			"line 5, column 7: pusher.apps[0].secret: required",
+			"line 7, column 19: pusher.apps[0].error_code: 4200 lets pusher-js reconnect",
+			"line 8, column 22: pusher.apps[1].key: key \"k\" is used twice",
+			"line 9, column 22: pusher.apps[2].key: invalid key \"a/b\"",
+		}},
+		{"jwt", "upstream: http://x\njwt: {hs256_secret: short}\n", []string{"line 2, column 21: jwt.hs256_secret: too short"}},
+		{"jwt key file missing", "upstream: http://x\njwt:\n  public_key_file: /nonexistent/key.pem\n", []string{"line 3, column 20: jwt.public_key_file: open /nonexistent/key.pem: no such file"}},
+		{"jwt key file not a key", "upstream: http://x\njwt:\n  public_key_file: " + keyFile + "\n", []string{"line 3, column 20: jwt.public_key_file: " + keyFile + ": neither an RSA nor an ECDSA public key"}},
+		{"env not set", "upstream: http://x\nstore:\n  password: ${KEYCAP_TEST_UNSET_VARIABLE}\n", []string{"line 3, column 13: store.password: environment variable KEYCAP_TEST_UNSET_VARIABLE is not set"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := gateway.ParseConfig("test.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// TestEnvValuesAreData: a variable's value is a value, whatever it holds; it
+// cannot add fields to the file.
+func TestEnvValuesAreData(t *testing.T) {
+	t.Setenv("KEYCAP_TEST_INJECT", "x\"\nstore: {type: etcd}\n#")
+	cfg, err := gateway.ParseConfig("test.yaml", []byte("upstream: http://x\npusher:\n  apps: [{id: \"1\", key: k, secret: \"${KEYCAP_TEST_INJECT}\"}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.Type != "memory" || cfg.Pusher.Apps[0].Secret != "x\"\nstore: {type: etcd}\n#" {
+		t.Fatalf("store %q, secret %q", cfg.Store.Type, cfg.Pusher.Apps[0].Secret)
+	}
+}
+
+// TestRelativeFilesAreReadFromTheConfigsFolder: a relative key file is found
+// beside the configuration, wherever the gateway was started from.
+func TestRelativeFilesAreReadFromTheConfigsFolder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	pemFile := writePEM(t, &key.PublicKey)
+	raw, _ := os.ReadFile(pemFile)
+	_ = os.WriteFile(filepath.Join(dir, "key.pem"), raw, 0o600)
+	cfg, err := gateway.ParseConfig(filepath.Join(dir, "keycap.yaml"), []byte("upstream: http://x\njwt: {public_key_file: key.pem}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.JWT.PublicKeyFile != filepath.Join(dir, "key.pem") {
+		t.Fatalf("key file %q", cfg.JWT.PublicKeyFile)
+	}
+}
+
+func TestConfigEnvAndDefaults(t *testing.T) {
+	t.Setenv("KEYCAP_TEST_SECRET", "from-the-environment")
+	cfg, err := gateway.ParseConfig("test.yaml", []byte(`upstream: http://x # not ${EXPANDED} in a comment
+pusher:
+  apps: [{id: "1", key: k, secret: "${KEYCAP_TEST_SECRET}"}]
+routes:
+  - name: a
+    path: /a
+    limits: [{max: 1}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Pusher.Apps[0].Secret != "from-the-environment" {
+		t.Fatalf("secret %q", cfg.Pusher.Apps[0].Secret)
+	}
+	if cfg.Listen[0] != "127.0.0.1:8080" || cfg.Store.Type != "memory" || cfg.Routes[0].Limits[0].Key != "ip" ||
+		time.Duration(cfg.ShutdownTimeout) != 30*time.Second || cfg.Routes[0].Pool != "a" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	t.Parallel()
+	out, err := runBinary(t, "check", "-config", "../../../../examples/gateway.yaml")
+	if err != nil || !strings.Contains(out, "configuration OK") {
+		t.Fatalf("check on the example: %v\n%s", err, out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(bad, []byte("upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits: [{max: -3}]\n"), 0o600)
+	out, err = runBinary(t, "check", "-config", bad)
+	if err == nil || !strings.Contains(out, "line 5, column 20: routes[0].limits[0].max") {
+		t.Fatalf("check on a bad file: %v\n%s", err, out)
+	}
+}
+
+// FuzzParseConfig: any file gets a configuration or an error, never a panic,
+// and an accepted configuration has what serving needs.
+func FuzzParseConfig(f *testing.F) {
+	for _, file := range []string{"../../../../examples/gateway.yaml"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+	}
+	f.Add([]byte("upstream: http://x\nroutes: [{name: a, path: /a, limits: [{max: 1, key: 'claim:sub'}]}]\njwt: {hs256_secret: ${X}}\n"))
+	f.Add([]byte("upstream: http://x\npusher: {apps: [{id: '1', key: k, secret: s, error_code: 4301}]}\n"))
+	f.Add([]byte("listen: [a, b]\nstore: {type: sentinel, addrs: [x], master: m}\n# ${Y}\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		cfg, err := gateway.ParseConfig("fuzz.yaml", raw)
+		if err != nil {
+			return
+		}
+		if cfg.Upstream == "" || len(cfg.Listen) == 0 || cfg.Admin == "" || cfg.Store.Type == "" {
+			t.Fatalf("accepted without defaults: %+v", cfg)
+		}
+		for _, r := range cfg.Routes {
+			if len(r.Limits) == 0 || r.Pool == "" {
+				t.Fatalf("accepted route %q without limits or pool", r.Name)
+			}
+			for _, l := range r.Limits {
+				if l.Max == nil || *l.Max < 0 {
+					t.Fatalf("accepted route %q with max %v", r.Name, l.Max)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,80 @@
+package peerbench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+// BenchmarkInProcessSlot measures taking and giving back one slot in
+// process: memstore (through the Store and through a Limiter) beside
+// golang.org/x/sync/semaphore, serial and parallel, in the same run. The
+// semaphore has no keys and no leases; it is the floor a keyed cap pays
+// above.
+func BenchmarkInProcessSlot(b *testing.B) {
+	ctx := context.Background()
+	const room = 1 << 20
+	s := memstore.New()
+	pool := keycap.NewPoolID("bench", "k")
+	l, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	limit := keycap.MustLimit("bench", "k", room, keycap.WithTTL(time.Minute))
+	sem := semaphore.NewWeighted(room)
+	cases := []struct {
+		name string
+		op   func(o keycap.Owner) error // o: the goroutine's own owner token
+	}{
+		{"x-sync-semaphore", func(keycap.Owner) error {
+			if err := sem.Acquire(ctx, 1); err != nil {
+				return err
+			}
+			sem.Release(1)
+			return nil
+		}},
+		{"memstore", func(o keycap.Owner) error {
+			if _, err := s.Acquire(ctx, pool, o, room, time.Minute); err != nil {
+				return err
+			}
+			return s.Release(ctx, pool, o)
+		}},
+		{"keycap-limiter", func(keycap.Owner) error { // a fresh owner per lease, inside
+			ls, err := l.Acquire(ctx, limit)
+			if err != nil {
+				return err
+			}
+			ls.Release()
+			return nil
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			o := keycap.NewOwner()
+			for b.Loop() {
+				if err := c.op(o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				o := keycap.NewOwner()
+				for pb.Next() {
+					if err := c.op(o); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
