@@ -1,0 +1,91 @@
+package keycap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+// A limit that waits: a second render of the same document queues behind the
+// first for up to 5 s instead of being refused. It is woken as soon as the
+// slot is released through this Limiter.
+func ExampleWithWait() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	render := keycap.MustLimit("render", "doc:9", 1, keycap.WithWait(5*time.Second))
+	ctx := context.Background()
+
+	first, _ := limiter.Acquire(ctx, render)
+	done := make(chan error)
+	go func() {
+		second, err := limiter.Acquire(ctx, render) // waits while first holds the slot
+		if err == nil {
+			second.Release()
+		}
+		done <- err
+	}()
+	first.Release() // hands the slot on
+	fmt.Println("second render:", <-done)
+	// Output: second render: <nil>
+}
+
+// An Observer sees every slot granted, refused and released, synchronously,
+// on the caller's goroutine: a place for metrics or logs (NewSlogObserver,
+// promobserver). Keys may be private: this one prints only the limit's name.
+func ExampleObserverFunc() {
+	observe := keycap.ObserverFunc(func(e keycap.Event) {
+		fmt.Println(e.Kind, e.Limit.Name())
+	})
+	limiter, _ := keycap.NewLimiter(memstore.New(), keycap.WithObserver(observe))
+	defer limiter.Close()
+	search := keycap.MustLimit("search", "user:42", 1)
+	ctx := context.Background()
+
+	_ = limiter.Do(ctx, func(ctx context.Context) error {
+		_, err := limiter.Acquire(ctx, search) // refused: the slot is taken
+		return err
+	}, search)
+	// Output:
+	// slot acquired search
+	// limit exceeded search
+	// slot released search
+}
+
+// downStore is a store that cannot answer, as during a network outage.
+type downStore struct{ keycap.Store }
+
+func (downStore) Acquire(context.Context, keycap.PoolID, keycap.Owner, int, time.Duration) (bool, error) {
+	return false, errors.New("connection refused")
+}
+
+// When the store cannot answer, a limit fails open by default: the caller runs
+// without a slot, and the lease says so. A limit that must never be exceeded
+// fails closed instead, and Acquire returns an error matching
+// ErrStoreUnavailable. The outage is reported to the Observer once.
+func ExampleWithFailMode() {
+	outages := 0
+	limiter, _ := keycap.NewLimiter(downStore{memstore.New()}, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.StoreFailed {
+			outages++
+		}
+	})))
+	defer limiter.Close()
+	ctx := context.Background()
+
+	lease, err := limiter.Acquire(ctx, keycap.MustLimit("search", "user:42", 2))
+	fmt.Println("fail open:", err, "guarded:", lease.Guarded())
+	lease.Release()
+
+	billing := keycap.MustLimit("billing", "user:42", 1, keycap.WithFailMode(keycap.FailClosed))
+	_, err = limiter.Acquire(ctx, billing)
+	fmt.Println("fail closed:", errors.Is(err, keycap.ErrStoreUnavailable))
+	fmt.Println("outages reported:", outages)
+	// Output:
+	// fail open: <nil> guarded: false
+	// fail closed: true
+	// outages reported: 1
+}

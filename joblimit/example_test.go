@@ -1,0 +1,74 @@
+package joblimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/joblimit"
+	"github.com/keycap/keycap/jobtype"
+	"github.com/keycap/keycap/memstore"
+)
+
+// One calendar sync at a time per calendar. A second job for the same
+// calendar, arriving while the first runs, does not run: Run returns a
+// ReleaseError that tells the queue to bring it back later, without spending
+// one of its attempts.
+func Example() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	jobs, _ := joblimit.New(limiter)
+
+	// No jitter, so that the delay printed below is exact; in production the
+	// default jitter keeps released jobs from coming back together.
+	rule := joblimit.MustRule("calendar:7", 1,
+		joblimit.WithReleaseAfter(30*time.Second), joblimit.WithJitter(0))
+	ctx := context.Background()
+
+	err := jobs.Run(ctx, rule, jobtype.Job{Kind: "SyncCalendar", ID: "1"}, func(ctx context.Context) error {
+		fmt.Println("job 1 syncing")
+		err := jobs.Run(ctx, rule, jobtype.Job{Kind: "SyncCalendar", ID: "2"}, func(context.Context) error {
+			fmt.Println("job 2 syncing") // not reached: job 1 holds the slot
+			return nil
+		})
+		var rel *jobtype.ReleaseError
+		if errors.As(err, &rel) {
+			fmt.Println("job 2 released by", rel.By, "for", rel.Delay)
+			fmt.Println("because the limit is exceeded:", errors.Is(err, keycap.ErrLimitExceeded))
+		}
+		return nil
+	})
+	fmt.Println("job 1 done:", err)
+	// Output:
+	// job 1 syncing
+	// job 2 released by job:SyncCalendar for 30s
+	// because the limit is exceeded: true
+	// job 1 done: <nil>
+}
+
+// For gives queue adapters (riverlimit, asynqlimit) a jobtype.Runner. With
+// WithSharedPool every job kind of a key counts in one pool, and WithSkip
+// drops a job that finds no free slot instead of releasing it.
+func ExampleLimiter_For() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	jobs, _ := joblimit.New(limiter)
+
+	// One call to this Stripe account at a time, whatever the job's kind.
+	stripe := jobs.For(joblimit.MustRule("stripe:acct_1", 1, joblimit.WithSharedPool(), joblimit.WithSkip()))
+	ctx := context.Background()
+
+	_ = stripe.Run(ctx, jobtype.Job{Kind: "Charge", ID: "1"}, func(ctx context.Context) error {
+		err := stripe.Run(ctx, jobtype.Job{Kind: "Refund", ID: "2"}, func(context.Context) error {
+			return nil // not reached: the charge holds the shared slot
+		})
+		var skip *jobtype.SkipError
+		if errors.As(err, &skip) {
+			fmt.Println("refund skipped by pool", skip.By, "for", skip.Key)
+		}
+		return nil
+	})
+	// Output: refund skipped by pool job for stripe:acct_1
+}
