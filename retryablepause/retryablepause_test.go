@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,14 @@ type vendor struct {
 
 func newVendor(t *testing.T, throttle http.Header) *vendor {
 	v := &vendor{}
+	// A path of this test's own: a request another test sends to a port
+	// the kernel reused is not counted as this vendor's first.
+	path := "/" + strings.NewReplacer("/", "-").Replace(t.Name())
 	v.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
 		v.mu.Lock()
 		v.arrivals = append(v.arrivals, time.Now())
 		first := len(v.arrivals) == 1
@@ -40,6 +48,7 @@ func newVendor(t *testing.T, throttle http.Header) *vendor {
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
+	v.URL += path
 	t.Cleanup(v.Close)
 	return v
 }

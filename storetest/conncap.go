@@ -125,11 +125,11 @@ func testConnExact(t *testing.T, open func() keycap.Store) {
 // testConnDeadNode: a node that stops heart-beating loses its connections
 // within the TTL; one that keeps heart-beating keeps them past it.
 func testConnDeadNode(t *testing.T, open func() keycap.Store) {
-	const beat, ttl = 100 * time.Millisecond, 400 * time.Millisecond
+	const beat, ttl = 200 * time.Millisecond, 1500 * time.Millisecond
 	opts := []conncap.Option{conncap.WithDefaultCap(2), conncap.WithTTL(ttl)}
 	alive := connNode(t, open(), beat, opts...)
 	other := connNode(t, open(), beat, opts...)
-	dyingLimiter, err := keycap.NewLimiter(open(), keycap.WithHeartbeat(beat))
+	dyingLimiter, err := keycap.NewLimiter(open(), keycap.WithHeartbeat(beat), keycap.WithDecisionBudget(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func testConnDeadNode(t *testing.T, open func() keycap.Store) {
 		}
 		time.Sleep(20 * time.Millisecond) // expiry is time passing
 	}
-	if el := time.Since(start); el > ttl+200*time.Millisecond {
+	if el := time.Since(start); el > ttl+500*time.Millisecond {
 		t.Errorf("freed after %s, later than the TTL of %s", el, ttl)
 	}
 	// The live node's connection, older than the TTL, still counts.

@@ -439,8 +439,12 @@ func testManyPools(t *testing.T, open func() keycap.Store) {
 	}
 }
 
+// newLimiter returns a Limiter on s that fails closed, with a generous
+// decision budget: the suite checks what a store decides, not how fast; a
+// machine loaded by parallel tests must not turn a slow answer into a
+// failure.
 func newLimiter(t *testing.T, s keycap.Store) *keycap.Limiter {
-	l, err := keycap.NewLimiter(s, keycap.WithDefaultFailMode(keycap.FailClosed))
+	l, err := keycap.NewLimiter(s, keycap.WithDefaultFailMode(keycap.FailClosed), keycap.WithDecisionBudget(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
