@@ -200,6 +200,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(429, s, s, `{"retry_after": 1}`)
 		f.Add(200, "0", s, "")
 		f.Add(403, s, "0", "secondary rate limit")
+		f.Add(550, s, "0", "")
 	}
 	p := parser()
 	f.Fuzz(func(t *testing.T, status int, v1, v2, body string) {
@@ -215,8 +216,14 @@ func FuzzParse(f *testing.F) {
 			if (h.Throttled || h.Exhausted) != (h.Source != "") {
 				t.Fatalf("source %q for %+v", h.Source, h)
 			}
-			if h.Throttled && status != 429 && status != 503 && status != 529 && status != 403 {
+			// Throttled: 429, 403, 503 and 529, or any other 5xx that
+			// carries a Retry-After (the package doc's rule).
+			if h.Throttled && status != 429 && status != 403 && (status < 500 || status > 599) {
 				t.Fatalf("status %d throttled", status)
+			}
+			if h.Throttled && status >= 500 && status < 600 && status != 503 && status != 529 &&
+				names[0] != "Retry-After" && names[0] != "Retry-After-Ms" {
+				t.Fatalf("status %d throttled without a Retry-After: %+v", status, h)
 			}
 			_ = strings.ToLower(h.Source)
 		}
