@@ -48,6 +48,9 @@ type Limiter struct {
 	nodeName string
 	node     NodeID
 	nodes    nodes
+	liner    Liner    // nil: the store keeps no line
+	notifier Notifier // nil: waiters in a line poll
+	lines    lines
 }
 
 // An Option configures a Limiter.
@@ -111,6 +114,11 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	l.keeper.init(l)
 	l.releaser.init(l)
 	l.waiters.init()
+	l.liner, _ = store.(Liner)
+	if l.liner != nil {
+		l.notifier, _ = store.(Notifier)
+	}
+	l.lines.init(l)
 	return l, nil
 }
 
@@ -126,6 +134,7 @@ func (l *Limiter) Close() error {
 		l.nodes.close()
 		l.keeper.close()
 		l.releaser.close()
+		l.lines.close()
 	}
 	return nil
 }
@@ -151,9 +160,17 @@ func (l *Limiter) now() time.Duration { return time.Since(l.base) }
 //   - ErrClosed after Close.
 //
 // Waiting: Acquire waits for a slot only when every limit allows a wait
-// (WithWait), for the smallest of those waits. A waiter is woken as soon as a
-// slot of its pools is released through this Limiter, and otherwise polls
-// every 100 ms ± 50 %. Acquire with no limits returns an empty lease.
+// (WithWait), for the smallest of those waits. On a store that keeps wait
+// lines (a Liner: memstore, redisstore, pgstore), a refused waiter takes a
+// ticket in the pool's line in the same call, and a slot that frees on any
+// client is handed to the oldest ticket: waiters are served in arrival
+// order, fresh callers do not overtake them, and the store's notification
+// wakes the waiter at once (LinePoll is the fallback). With several limits,
+// the slots are taken in the order of their pools, each held while the
+// caller waits in the next one's line, so that waiters never deadlock. On
+// other stores a waiter is woken by a release through this Limiter, and
+// otherwise polls every 100 ms ± 50 %. Acquire with no limits returns an
+// empty lease.
 func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) {
 	return l.acquire(ctx, nil, limits)
 }
@@ -209,6 +226,9 @@ func (l *Limiter) acquireMember(ctx context.Context, ls *Lease, member string, w
 // or waitFor.
 func (l *Limiter) acquireLease(ctx context.Context, ls *Lease, wait, start time.Duration) (*Lease, error) {
 	if wait > 0 {
+		if l.liner != nil {
+			return l.waitInLine(ctx, ls, wait, start)
+		}
 		return l.waitFor(ctx, ls, wait, start)
 	}
 	refused, err := l.try(ctx, ls, start)

@@ -150,3 +150,50 @@ type SyncPool struct {
 	Removed int   // ghosts removed: node's members that were not in Members
 	Err     error // the store could not sync this pool
 }
+
+// Ticket is a place in a pool's wait line (Liner.Queue).
+type Ticket struct {
+	// TTL: the ticket expires unless its owner queues again within TTL, so a
+	// waiter that is gone (a cancelled request, a dead server, a deleted job)
+	// never blocks the line.
+	TTL time.Duration
+	// Claim: when a slot is handed to the ticket, it is reserved for its
+	// owner for Claim; unclaimed by then, it passes to the next ticket.
+	Claim time.Duration
+}
+
+// Liner is a Store that keeps a wait line per pool, so that a freed slot
+// goes to the caller that has waited longest, on whatever client, instead of
+// to whoever asks first. Implemented by memstore, pgstore and redisstore;
+// storetest checks it.
+//
+// In a Liner, a slot that frees (a release, an expiry found by any call, a
+// dequeue) is handed to the ticket at the head of the line: it becomes a
+// lease of the ticket's owner that expires after the ticket's Claim, and it
+// counts against max. Its owner claims it by queueing (or acquiring) again,
+// which extends it to the lease's TTL. Acquire honours the line: a caller
+// without a ticket is refused while any ticket waits.
+type Liner interface {
+	// Queue is Acquire for a caller willing to wait: when it refuses, owner
+	// holds a ticket in pool's line, taken in the same call (one round trip).
+	// A ticket owner already has keeps its place, and its TTL and Claim are
+	// refreshed. It returns whether owner now holds a lease and, when not,
+	// how many tickets wait before owner's (0: next).
+	Queue(ctx context.Context, pool PoolID, owner Owner, max int, ttl time.Duration, t Ticket) (granted bool, ahead int, err error)
+
+	// Dequeue takes owner's ticket out of pool's line, and frees a slot
+	// handed to it and not yet claimed, which goes to the next ticket.
+	Dequeue(ctx context.Context, pool PoolID, owner Owner) error
+}
+
+// Notifier is a Liner that tells its clients when a slot of a pool is handed
+// to a ticket, so that waiters are woken, not polling. Implemented by
+// memstore (in-process), redisstore (pub/sub) and pgstore (LISTEN/NOTIFY).
+type Notifier interface {
+	// Notify calls fn with the owners of the tickets handed a slot of pool,
+	// on whatever client the slot freed, until stop is called. fn must not
+	// block. A notification can be lost (a reconnection): waiters also poll.
+	// Notify returns once notifications flow, so that a Queue made after it
+	// returns cannot miss its own.
+	Notify(ctx context.Context, pool PoolID, fn func(granted []Owner)) (stop func(), err error)
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keycap/keycap"
@@ -29,6 +30,7 @@ const sweepEvery = time.Second
 type Store struct {
 	clock  func() time.Duration
 	shards [shards]shard
+	hub    hub
 }
 
 type shard struct {
@@ -47,6 +49,15 @@ type mark struct{ start, expires time.Duration }
 // dozen), so a slice scanned in full beats any index.
 type pool struct {
 	leases []lease
+	line   []ticket // the wait line, oldest first (keycap.Liner)
+	max    int      // the max of the last call, which fills the line on a release
+}
+
+// ticket is a place in a pool's line.
+type ticket struct {
+	owner   keycap.Owner
+	expires time.Duration
+	claim   time.Duration
 }
 
 type lease struct {
@@ -86,7 +97,9 @@ var (
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
+	_ keycap.Liner  = (*Store)(nil)
 
+	_ keycap.Notifier    = (*Store)(nil)
 	_ keycap.NonBlocking = (*Store)(nil)
 )
 
@@ -107,8 +120,9 @@ func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, 
 		pl = &pool{}
 		sh.pools[p] = pl
 	}
-	ok := pl.acquire(owner, max, now, now+ttl)
+	ok, granted := pl.acquire(owner, max, now, now+ttl)
 	sh.mu.Unlock()
+	s.hub.notify(p, granted)
 	return ok, nil
 }
 
@@ -116,13 +130,62 @@ func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, 
 func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) error {
 	sh := s.shard(p)
 	sh.mu.Lock()
+	var granted []keycap.Owner
 	if pl := sh.pools[p]; pl != nil {
 		if i := pl.find(owner); i >= 0 {
 			pl.remove(i)
 		}
+		granted = pl.fill(s.clock())
 	}
 	sh.mu.Unlock()
+	s.hub.notify(p, granted)
 	return nil
+}
+
+// Queue implements keycap.Liner. It never blocks and ignores ctx.
+func (s *Store) Queue(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+	now := s.clock()
+	sh := s.shard(p)
+	sh.mu.Lock()
+	sh.maybeSweep(now)
+	pl := sh.pools[p]
+	if pl == nil {
+		pl = &pool{}
+		sh.pools[p] = pl
+	}
+	ok, granted := pl.acquire(owner, max, now, now+ttl)
+	ahead := 0
+	if ok {
+		pl.dequeue(owner)
+	} else {
+		ahead = pl.queue(owner, now+t.TTL, t.Claim)
+	}
+	sh.mu.Unlock()
+	s.hub.notify(p, granted)
+	return ok, ahead, nil
+}
+
+// Dequeue implements keycap.Liner. It never blocks and ignores ctx.
+func (s *Store) Dequeue(_ context.Context, p keycap.PoolID, owner keycap.Owner) error {
+	sh := s.shard(p)
+	sh.mu.Lock()
+	var granted []keycap.Owner
+	if pl := sh.pools[p]; pl != nil {
+		pl.dequeue(owner)
+		if i := pl.find(owner); i >= 0 {
+			pl.remove(i)
+		}
+		granted = pl.fill(s.clock())
+	}
+	sh.mu.Unlock()
+	s.hub.notify(p, granted)
+	return nil
+}
+
+// Notify implements keycap.Notifier, in-process: fn runs in the goroutine
+// whose call handed the slot, after the store's lock is released.
+func (s *Store) Notify(_ context.Context, p keycap.PoolID, fn func([]keycap.Owner)) (func(), error) {
+	return s.hub.watch(p, fn), nil
 }
 
 // Renew implements keycap.Store. It never blocks and ignores ctx.
@@ -237,30 +300,83 @@ func (s *Store) Pools() int {
 	return n
 }
 
-// acquire drops the expired leases, then grants owner a lease until expires
-// if it already holds one or the pool has room.
-func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration) bool {
+// acquire drops the expired leases and hands freed slots to the line, then
+// grants owner a lease until expires if it already holds one (a slot handed
+// to its ticket included) or the pool has room and no line. It returns the
+// owners of the tickets it handed a slot.
+func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration) (bool, []keycap.Owner) {
+	pl.max = max
+	pl.expire(now)
+	granted := pl.fill(now)
+	if i := pl.find(owner); i >= 0 {
+		pl.leases[i].expires = expires
+		return true, granted
+	}
+	if len(pl.line) == 0 && len(pl.leases) < max {
+		pl.leases = append(pl.leases, lease{owner: owner, expires: expires})
+		return true, granted
+	}
+	return false, granted
+}
+
+// expire drops the expired leases.
+func (pl *pool) expire(now time.Duration) {
 	live := pl.leases[:0]
-	held := -1
 	for _, l := range pl.leases {
 		if l.expires > now {
-			if l.owner == owner {
-				held = len(live)
-			}
 			live = append(live, l)
 		}
 	}
 	clear(pl.leases[len(live):])
 	pl.leases = live
-	switch {
-	case held >= 0:
-		pl.leases[held].expires = expires
-		return true
-	case len(live) < max:
-		pl.leases = append(pl.leases, lease{owner: owner, expires: expires})
-		return true
+}
+
+// fill hands the pool's free slots to the tickets at the head of its line,
+// dropping the expired tickets it meets, and returns their owners.
+func (pl *pool) fill(now time.Duration) []keycap.Owner {
+	if len(pl.line) == 0 {
+		return nil
 	}
-	return false
+	pl.expire(now)
+	var granted []keycap.Owner
+	n := 0
+	for n < len(pl.line) && len(pl.leases) < pl.max {
+		t := pl.line[n]
+		n++
+		if t.expires <= now || pl.find(t.owner) >= 0 {
+			continue
+		}
+		pl.leases = append(pl.leases, lease{owner: t.owner, expires: now + t.claim})
+		granted = append(granted, t.owner)
+	}
+	if n > 0 {
+		clear(pl.line[:n])
+		pl.line = slices.Delete(pl.line, 0, n)
+	}
+	return granted
+}
+
+// queue gives owner a ticket until expires, keeping its place if it has one,
+// and returns how many tickets wait before it.
+func (pl *pool) queue(owner keycap.Owner, expires, claim time.Duration) int {
+	for i := range pl.line {
+		if pl.line[i].owner == owner {
+			pl.line[i].expires, pl.line[i].claim = expires, claim
+			return i
+		}
+	}
+	pl.line = append(pl.line, ticket{owner: owner, expires: expires, claim: claim})
+	return len(pl.line) - 1
+}
+
+// dequeue takes owner's ticket out of the line.
+func (pl *pool) dequeue(owner keycap.Owner) {
+	for i := range pl.line {
+		if pl.line[i].owner == owner {
+			pl.line = slices.Delete(pl.line, i, i+1)
+			return
+		}
+	}
 }
 
 // sync drops expired leases and node's leases not in live, then renews (or
@@ -314,6 +430,12 @@ func (sh *shard) maybeSweep(now time.Duration) {
 	sh.lastSweep = now
 	for id, pl := range sh.pools {
 		live := false
+		for _, t := range pl.line {
+			if t.expires > now {
+				live = true
+				break
+			}
+		}
 		for _, l := range pl.leases {
 			if l.expires > now {
 				live = true
@@ -338,5 +460,54 @@ func (sh *shard) maybeSweep(now time.Duration) {
 		if tat <= now {
 			delete(sh.rates, id)
 		}
+	}
+}
+
+// hub delivers the store's handoffs to the watchers of each pool.
+type hub struct {
+	mu    sync.Mutex
+	n     atomic.Int32 // watchers: 0 makes notify free
+	pools map[keycap.PoolID][]*watcher
+}
+
+type watcher struct{ fn func([]keycap.Owner) }
+
+func (h *hub) watch(p keycap.PoolID, fn func([]keycap.Owner)) func() {
+	w := &watcher{fn: fn}
+	h.mu.Lock()
+	if h.pools == nil {
+		h.pools = make(map[keycap.PoolID][]*watcher)
+	}
+	h.pools[p] = append(h.pools[p], w)
+	h.n.Add(1)
+	h.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			list := h.pools[p]
+			if i := slices.Index(list, w); i >= 0 {
+				list = slices.Delete(list, i, i+1)
+				h.n.Add(-1)
+			}
+			if len(list) == 0 {
+				delete(h.pools, p)
+			} else {
+				h.pools[p] = list
+			}
+		})
+	}
+}
+
+func (h *hub) notify(p keycap.PoolID, granted []keycap.Owner) {
+	if len(granted) == 0 || h.n.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	list := slices.Clone(h.pools[p])
+	h.mu.Unlock()
+	for _, w := range list {
+		w.fn(granted)
 	}
 }

@@ -1,0 +1,260 @@
+package keycap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testkit"
+	"github.com/keycap/keycap/keycaptest"
+	"github.com/keycap/keycap/memstore"
+)
+
+// lineStore is a memstore that says when a caller queued, and can fail.
+type lineStore struct {
+	*memstore.Store
+	queued chan keycap.Owner // each refused Queue, if not nil
+	fail   atomic.Bool
+}
+
+var errLineDown = errors.New("line store down")
+
+func (s *lineStore) Queue(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration, tk keycap.Ticket) (bool, int, error) {
+	if s.fail.Load() {
+		return false, 0, errLineDown
+	}
+	ok, ahead, err := s.Store.Queue(ctx, p, o, max, ttl, tk)
+	if !ok && s.queued != nil {
+		select {
+		case s.queued <- o:
+		default:
+		}
+	}
+	return ok, ahead, err
+}
+
+func newLineLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) *keycap.Limiter {
+	t.Helper()
+	l, err := keycap.NewLimiter(s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Waiters are served in the order they came, each as soon as the slot
+// before it is released, without polling.
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 16)}
+	l := newLineLimiter(t, s)
+	lim := keycap.MustLimit("line", "k", 1, keycap.WithWait(10*time.Second))
+	holder, err := l.Acquire(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	var mu sync.Mutex
+	var order []int
+	var g testkit.Group
+	for i := range n {
+		g.Add(1)
+		go func() {
+			defer g.Done()
+			ls, err := l.Acquire(context.Background(), lim)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			ls.Release()
+		}()
+		testkit.Recv(t, s.queued, 5*time.Second, fmt.Sprintf("waiter %d to queue", i))
+	}
+	start := time.Now()
+	holder.Release()
+	g.Wait(t, 10*time.Second, "the waiters")
+	if el := time.Since(start); el > keycap.LinePoll/2 {
+		t.Errorf("%d handoffs took %s: waiters were not woken by the releases", n, el)
+	}
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("served in order %v, want arrival order", order)
+		}
+	}
+}
+
+// A fresh Acquire that may not wait is refused while a waiter is in line,
+// even in the instant the slot is free.
+func TestFreshCallersDoNotOvertakeTheLine(t *testing.T) {
+	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 1)}
+	l := newLineLimiter(t, s)
+	waiting := keycap.MustLimit("overtake", "k", 1, keycap.WithWait(10*time.Second))
+	now := keycap.MustLimit("overtake", "k", 1)
+	holder, err := l.Acquire(context.Background(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), waiting)
+		if err == nil {
+			defer ls.Release()
+			_, err = l.Acquire(context.Background(), now) // while it holds: refused
+			if errors.Is(err, keycap.ErrLimitExceeded) {
+				err = nil
+			}
+		}
+		got <- err
+	}()
+	testkit.Recv(t, s.queued, 5*time.Second, "the waiter to queue")
+	holder.Release()
+	if _, err := l.Acquire(context.Background(), now); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("a fresh caller overtook the line: %v", err)
+	}
+	if err := testkit.Recv(t, got, 5*time.Second, "the waiter"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter that gives up (its wait runs out, its context ends) leaves the
+// line: the next waiter is served at once, and the event says how long it
+// waited.
+func TestGivingUpLeavesTheLine(t *testing.T) {
+	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 4)}
+	rec := &keycaptest.Recorder{}
+	l := newLineLimiter(t, s, keycap.WithObserver(rec))
+	short := keycap.MustLimit("leave", "k", 1, keycap.WithWait(200*time.Millisecond))
+	long := keycap.MustLimit("leave", "k", 1, keycap.WithWait(10*time.Second))
+	holder, err := l.Acquire(context.Background(), long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { _, err := l.Acquire(context.Background(), short); ran <- err }()
+	testkit.Recv(t, s.queued, 5*time.Second, "the short waiter to queue")
+	cctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() { _, err := l.Acquire(cctx, long); cancelled <- err }()
+	testkit.Recv(t, s.queued, 5*time.Second, "the cancelled waiter to queue")
+	served := make(chan *keycap.Lease, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), long)
+		if err != nil {
+			t.Error(err)
+		}
+		served <- ls
+	}()
+	testkit.Recv(t, s.queued, 5*time.Second, "the last waiter to queue")
+
+	var le *keycap.LimitError
+	if err := testkit.Recv(t, ran, 5*time.Second, "the short wait to run out"); !errors.As(err, &le) || le.Waited < 200*time.Millisecond {
+		t.Fatalf("short wait: %v, want a LimitError after 200ms", err)
+	}
+	cancel()
+	if err := testkit.Recv(t, cancelled, 5*time.Second, "the cancelled waiter"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	start := time.Now()
+	holder.Release()
+	ls := testkit.Recv(t, served, 5*time.Second, "the last waiter")
+	if ls == nil {
+		return
+	}
+	defer ls.Release()
+	// Served by the handoff, not after the claim windows of the two that
+	// left ran out.
+	if el := time.Since(start); el > keycap.HandoffClaim/2 {
+		t.Errorf("the last waiter was served %s after the release", el)
+	}
+	var exceeded []keycap.Event
+	for _, e := range rec.Events() {
+		if e.Kind == keycap.LimitExceeded {
+			exceeded = append(exceeded, e)
+		}
+	}
+	if len(exceeded) != 1 || exceeded[0].Waited < 200*time.Millisecond {
+		t.Errorf("LimitExceeded events %+v, want one with the time waited", exceeded)
+	}
+}
+
+// Callers that wait for the same two limits, named in either order, never
+// deadlock: slots are taken in pool order.
+func TestSeveralLinesDoNotDeadlock(t *testing.T) {
+	l := newLineLimiter(t, memstore.New())
+	a := keycap.MustLimit("a", "k", 1, keycap.WithWait(20*time.Second))
+	b := keycap.MustLimit("b", "k", 1, keycap.WithWait(20*time.Second))
+	var both atomic.Int32
+	var g testkit.Group
+	for i := range 8 {
+		g.Add(1)
+		go func() {
+			defer g.Done()
+			limits := []keycap.Limit{a, b}
+			if i%2 == 1 {
+				limits = []keycap.Limit{b, a}
+			}
+			for range 20 {
+				ls, err := l.Acquire(context.Background(), limits...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if both.Add(1) > 1 {
+					t.Error("two holders of max-1 limits at once")
+				}
+				both.Add(-1)
+				ls.Release()
+			}
+		}()
+	}
+	g.Wait(t, 30*time.Second, "the waiters (a deadlock?)")
+}
+
+// A store that fails while a caller waits applies the limit's fail mode at
+// once: fail-closed refuses with a StoreError, fail-open admits unguarded.
+func TestLineFailModes(t *testing.T) {
+	for _, mode := range []keycap.FailMode{keycap.FailClosed, keycap.FailOpen} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 1)}
+			l := newLineLimiter(t, s)
+			lim := keycap.MustLimit("fail", "k", 1, keycap.WithWait(30*time.Second), keycap.WithFailMode(mode))
+			holder, err := l.Acquire(context.Background(), keycap.MustLimit("fail", "k", 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release()
+			got := make(chan error, 1)
+			go func() {
+				ls, err := l.Acquire(context.Background(), lim)
+				if err == nil {
+					if ls.Guarded() {
+						err = errors.New("admitted guarded while the store was down")
+					}
+					ls.Release()
+				}
+				got <- err
+			}()
+			testkit.Recv(t, s.queued, 5*time.Second, "the waiter to queue")
+			s.fail.Store(true)
+			err = testkit.Recv(t, got, 3*keycap.LinePoll, "the waiter to see the store fail")
+			switch mode {
+			case keycap.FailClosed:
+				if !errors.Is(err, keycap.ErrStoreUnavailable) {
+					t.Fatalf("fail-closed waiter: %v, want ErrStoreUnavailable", err)
+				}
+			default:
+				if err != nil {
+					t.Fatalf("fail-open waiter: %v", err)
+				}
+			}
+		})
+	}
+}
