@@ -1,25 +1,28 @@
--- acquire.lua: grant a lease on one pool, or refuse.
+-- acquire.lua: grant a lease on one pool, or refuse. (After line.lua.)
 --
--- KEYS[1]  the pool: a sorted set of owner token -> expiry (ms, server clock)
 -- ARGV[1]  owner token
 -- ARGV[2]  max: leases the pool may hold at once (at least 1)
 -- ARGV[3]  ttl in milliseconds
+-- ARGV[4]  the wake-up channel
 --
--- Drops the expired leases, then grants the owner a lease expiring ttl from
--- now if it already holds one or the pool holds fewer than max. The key
--- expires with its last lease, so an idle pool leaves nothing behind.
--- Returns 1 when granted, 0 when refused.
-local key, owner = KEYS[1], ARGV[1]
+-- Drops the expired leases and hands the freed slots to the line, then
+-- grants the owner a lease expiring ttl from now if it already holds one (a
+-- slot handed to its ticket included) or the pool holds fewer than max and
+-- nobody waits in its line. The key expires with its last lease, so an idle
+-- pool leaves nothing behind. Returns 1 when granted, 0 when refused.
+local owner = ARGV[1]
 local max, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = clock()
 
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-if not redis.call('ZSCORE', key, owner) and redis.call('ZCARD', key) >= max then
+redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+local waiting = redis.call('EXISTS', line) == 1
+if waiting then
+  fill(max, now, ARGV[4])
+  waiting = redis.call('EXISTS', line) == 1
+end
+if not redis.call('ZSCORE', slots, owner) and (waiting or redis.call('ZCARD', slots) >= max) then
   return 0
 end
-redis.call('ZADD', key, now + ttl, owner)
-if redis.call('PTTL', key) < ttl then
-  redis.call('PEXPIRE', key, ttl)
-end
+redis.call('ZADD', slots, now + ttl, owner)
+keep(slots, ttl)
 return 1

@@ -48,9 +48,20 @@ import (
 )
 
 var (
+	//go:embed line.lua
+	lineLua string
+
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(lineLua + acquireLua)
+
+	//go:embed queue.lua
+	queueLua    string
+	queueScript = redis.NewScript(lineLua + queueLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(lineLua + releaseLua)
 
 	//go:embed renew.lua
 	renewLua    string
@@ -78,6 +89,7 @@ type Store struct {
 	slots   slotRanges
 	acks    int           // WithReplicaAcks: replicas that must acknowledge a grant
 	ackWait time.Duration // ...within this
+	hub     hub           // Notify's subscriptions
 }
 
 var (
@@ -86,7 +98,9 @@ var (
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
+	_ keycap.Liner  = (*Store)(nil)
 
+	_ keycap.Notifier    = (*Store)(nil)
 	_ keycap.Partitioner = (*Store)(nil)
 )
 
@@ -158,6 +172,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s := &Store{client: client, rates: redis_rate.NewLimiter(client), prefix: c.prefix, acks: c.acks, ackWait: c.ackWait}
 	s.cluster, _ = client.(*redis.ClusterClient)
+	s.hub.init(s)
 	if s.cluster != nil {
 		go s.slots.refresh(s.cluster)
 	}
@@ -189,6 +204,29 @@ func (s *Store) Key(pool keycap.PoolID) string {
 	return s.prefix + "keycap:slots:{" + pool.String() + "}"
 }
 
+// LineKeys returns the Redis keys of pool's wait line: the line (a sorted
+// set of owner token → arrival number) and its meta (a hash of each
+// ticket's expiry and claim window, the pool's max and the last arrival
+// number). They share the pool's hash tag.
+func (s *Store) LineKeys(pool keycap.PoolID) (line, meta string) {
+	h := pool.String()
+	return s.prefix + "keycap:line:{" + h + "}", s.prefix + "keycap:lmeta:{" + h + "}"
+}
+
+// Channel returns the pub/sub channel on which pool's handoffs are
+// published (SPUBLISH: sharded on Redis Cluster), each message the owner
+// tokens served, 16 bytes each.
+func (s *Store) Channel(pool keycap.PoolID) string {
+	return s.prefix + "keycap:wake:{" + pool.String() + "}"
+}
+
+// names returns the keys of pool's scripts and its channel.
+func (s *Store) names(pool keycap.PoolID) (keys []string, channel string) {
+	h := pool.String()
+	p := s.prefix + "keycap:"
+	return []string{p + "slots:{" + h + "}", p + "line:{" + h + "}", p + "lmeta:{" + h + "}"}, p + "wake:{" + h + "}"
+}
+
 // ms converts a TTL to whole milliseconds, rounding up so that a lease never
 // lives shorter than asked.
 func ms(d time.Duration) int64 {
@@ -201,7 +239,8 @@ func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 	if s.acks > 0 {
 		return s.acquireAcked(ctx, pool, owner, max, ttl)
 	}
-	n, err := acquireScript.Run(ctx, s.client, []string{s.Key(pool)}, owner[:], max, ms(ttl)).Int()
+	keys, channel := s.names(pool)
+	n, err := acquireScript.Run(ctx, s.client, keys, owner[:], max, ms(ttl), channel).Int()
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: acquire: %w", err)
@@ -217,7 +256,8 @@ var ErrNotReplicated = errors.New("redisstore: grant not acknowledged by enough 
 // master of the pool's key, so that the answer arrives once the grant is
 // on acks replicas.
 func (s *Store) acquireAcked(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	key := s.Key(pool)
+	keys, channel := s.names(pool)
+	key := keys[0]
 	var node redis.Cmdable = s.client
 	if s.cluster != nil {
 		m, err := s.cluster.MasterForKey(ctx, key)
@@ -231,7 +271,7 @@ func (s *Store) acquireAcked(ctx context.Context, pool keycap.PoolID, owner keyc
 		var run *redis.Cmd
 		var wait *redis.Cmd
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			run = acquireScript.EvalSha(ctx, p, []string{key}, owner[:], max, ms(ttl))
+			run = acquireScript.EvalSha(ctx, p, keys, owner[:], max, ms(ttl), channel)
 			wait = p.Do(ctx, "WAIT", s.acks, ms(s.ackWait))
 			return nil
 		})
@@ -261,11 +301,38 @@ func (s *Store) acquireAcked(ctx context.Context, pool keycap.PoolID, owner keyc
 	}
 }
 
-// Release implements keycap.Store: one ZREM.
+// Release implements keycap.Store: one EVALSHA, which hands the slot to
+// the pool's line if anyone waits.
 func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	if err := s.client.ZRem(ctx, s.Key(pool), owner[:]).Err(); err != nil {
+	keys, channel := s.names(pool)
+	if err := releaseScript.Run(ctx, s.client, keys, owner[:], 0, channel).Err(); err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	return nil
+}
+
+// Queue implements keycap.Liner: one EVALSHA, which grants, or refuses and
+// queues.
+func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+	keys, channel := s.names(pool)
+	res, err := queueScript.Run(ctx, s.client, keys, owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim), channel).Int64Slice()
+	if err != nil {
+		s.failed(err)
+		return false, 0, fmt.Errorf("redisstore: queue: %w", err)
+	}
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("redisstore: queue: unexpected reply %v", res)
+	}
+	return res[0] == 1, int(res[1]), nil
+}
+
+// Dequeue implements keycap.Liner: one EVALSHA.
+func (s *Store) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+	keys, channel := s.names(pool)
+	if err := releaseScript.Run(ctx, s.client, keys, owner[:], 1, channel).Err(); err != nil {
+		s.failed(err)
+		return fmt.Errorf("redisstore: dequeue: %w", err)
 	}
 	return nil
 }
@@ -430,7 +497,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 // loadScripts loads every script on every node (go-redis's ClusterClient
 // sends SCRIPT LOAD to each master).
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, renewScript, markScript, pauseScript, syncScript} {
+	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

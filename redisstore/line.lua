@@ -1,0 +1,62 @@
+-- line.lua: the wait line of a pool, shared by the scripts that free or take
+-- its slots (prepended to acquire, queue, release and dequeue).
+--
+-- KEYS[1]  the pool's slots: a sorted set of owner token -> expiry (ms)
+-- KEYS[2]  the pool's line: a sorted set of owner token -> arrival number
+-- KEYS[3]  the line's meta: a hash of owner token -> "expiry:claim" (ms) of
+--          its ticket, "max" -> the pool's max, "seq" -> the last arrival
+-- The wake-up channel is the last argument. The four names share the pool's
+-- hash tag, so a script touches one Redis Cluster slot.
+local slots, line, meta = KEYS[1], KEYS[2], KEYS[3]
+
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- keep makes key live at least ms from now.
+local function keep(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- fill hands the free slots of the pool to the tickets at the head of its
+-- line, dropping the expired tickets it meets: each becomes a lease of its
+-- owner that expires after the ticket's claim window. The owners served are
+-- published on the channel, so that their waiters wake.
+local function fill(max, now, channel)
+  if not max or redis.call('EXISTS', line) == 0 then
+    return
+  end
+  local n = redis.call('ZCARD', slots)
+  local served = {}
+  while n < max do
+    local head = redis.call('ZRANGE', line, 0, 0)
+    if #head == 0 then
+      break
+    end
+    local o = head[1]
+    local m = redis.call('HGET', meta, o)
+    redis.call('ZREM', line, o)
+    redis.call('HDEL', meta, o)
+    if m then
+      local exp, claim = string.match(m, '^(%d+):(%d+)$')
+      exp, claim = tonumber(exp), tonumber(claim)
+      if exp > now and not redis.call('ZSCORE', slots, o) then
+        redis.call('ZADD', slots, now + claim, o)
+        keep(slots, claim)
+        n = n + 1
+        served[#served + 1] = o
+      end
+    end
+  end
+  if #served > 0 then
+    local msg = table.concat(served)
+    local r = redis.pcall('SPUBLISH', channel, msg)
+    if type(r) == 'table' and r.err then
+      redis.call('PUBLISH', channel, msg) -- Redis before 7: no sharded pub/sub
+    end
+  end
+end
+

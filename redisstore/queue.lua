@@ -1,0 +1,35 @@
+-- queue.lua: acquire for a caller willing to wait. (After line.lua.)
+--
+-- ARGV[1]  owner token
+-- ARGV[2]  max
+-- ARGV[3]  ttl of the lease, in milliseconds
+-- ARGV[4]  ttl of the ticket, in milliseconds
+-- ARGV[5]  claim window of the ticket, in milliseconds
+-- ARGV[6]  the wake-up channel
+--
+-- Grants as acquire.lua does; when it refuses, the owner holds a ticket in
+-- the line (keeping its place if it had one), which expires after the
+-- ticket's ttl unless the owner queues again. Returns {1, 0} when granted,
+-- {0, tickets ahead of the owner's} when refused.
+local owner = ARGV[1]
+local max, ttl, tttl, claim = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now = clock()
+
+redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+fill(max, now, ARGV[6])
+local waiting = redis.call('EXISTS', line) == 1
+if redis.call('ZSCORE', slots, owner) or (not waiting and redis.call('ZCARD', slots) < max) then
+  redis.call('ZADD', slots, now + ttl, owner)
+  keep(slots, ttl)
+  if waiting and redis.call('ZREM', line, owner) == 1 then
+    redis.call('HDEL', meta, owner)
+  end
+  return {1, 0}
+end
+if not redis.call('ZSCORE', line, owner) then
+  redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
+end
+redis.call('HSET', meta, owner, (now + tttl) .. ':' .. claim, 'max', max)
+keep(line, tttl + claim)
+keep(meta, tttl + claim)
+return {0, redis.call('ZRANK', line, owner)}
