@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,4 +258,52 @@ func TestLineFailModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkHandoffInProcess: a release → the waiter (another goroutine of
+// the same process) holds the slot, on memstore.
+func BenchmarkHandoffInProcess(b *testing.B) {
+	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 1)}
+	l, err := keycap.NewLimiter(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	lim := keycap.MustLimit("handoff", "k", 1, keycap.WithWait(time.Minute))
+	rounds := max(b.N, 1000)
+	got := make(chan time.Time)
+	next := make(chan struct{})
+	go func() {
+		for range next {
+			ls, err := l.Acquire(context.Background(), lim)
+			if err != nil {
+				b.Error(err)
+				got <- time.Time{}
+				continue
+			}
+			got <- time.Now()
+			ls.Release()
+		}
+	}()
+	defer close(next)
+	lat := make([]time.Duration, 0, rounds)
+	for range rounds {
+		ls, err := l.Acquire(context.Background(), lim)
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-s.queued: // this goroutine's own, if it waited for the slot
+		default:
+		}
+		next <- struct{}{}
+		testkit.Recv(b, s.queued, 5*time.Second, "the waiter to queue")
+		t0 := time.Now()
+		ls.Release()
+		lat = append(lat, testkit.Recv(b, got, 5*time.Second, "the waiter").Sub(t0))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(0, "ns/op")
 }

@@ -24,6 +24,7 @@ func HelperRole() string { return os.Getenv(helperEnv) }
 // that a test can kill as a crash would.
 type Helper struct {
 	cmd   *exec.Cmd
+	in    io.WriteCloser
 	lines chan string
 }
 
@@ -40,10 +41,14 @@ func StartHelper(t testing.TB, role, ready string, env ...string) *Helper {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &Helper{cmd: cmd, lines: make(chan string, 100)}
+	h := &Helper{cmd: cmd, in: in, lines: make(chan string, 100)}
 	t.Cleanup(h.Kill)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -76,6 +81,12 @@ func (h *Helper) WaitLine(prefix string, timeout time.Duration) (string, bool) {
 			return "", false
 		}
 	}
+}
+
+// Send writes line to the helper's standard input. A helper that reads it
+// sees it end when the helper is killed.
+func (h *Helper) Send(line string) {
+	_, _ = io.WriteString(h.in, line+"\n")
 }
 
 // Lines returns the lines the helper prints, as it prints them.
