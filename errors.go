@@ -29,6 +29,10 @@ var (
 type LimitError struct {
 	Limit  Limit
 	Waited time.Duration
+	// Parked: the caller keeps its ticket in the limit's line
+	// (Limiter.AcquireOrPark); its Parking.Wake is called when a slot is
+	// handed to it.
+	Parked bool
 }
 
 func (e *LimitError) Error() string {

@@ -51,6 +51,7 @@ type Limiter struct {
 	liner    Liner    // nil: the store keeps no line
 	notifier Notifier // nil: waiters in a line poll
 	lines    lines
+	parked   parked
 }
 
 // An Option configures a Limiter.
@@ -119,6 +120,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 		l.notifier, _ = store.(Notifier)
 	}
 	l.lines.init(l)
+	l.parked.init(l)
 	return l, nil
 }
 
@@ -134,6 +136,7 @@ func (l *Limiter) Close() error {
 		l.nodes.close()
 		l.keeper.close()
 		l.releaser.close()
+		l.parked.close()
 		l.lines.close()
 	}
 	return nil
@@ -227,7 +230,7 @@ func (l *Limiter) acquireMember(ctx context.Context, ls *Lease, member string, w
 func (l *Limiter) acquireLease(ctx context.Context, ls *Lease, wait, start time.Duration) (*Lease, error) {
 	if wait > 0 {
 		if l.liner != nil {
-			return l.waitInLine(ctx, ls, wait, start)
+			return l.waitInLine(ctx, ls, wait, start, nil)
 		}
 		return l.waitFor(ctx, ls, wait, start)
 	}

@@ -3,6 +3,7 @@ package keycap
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -29,7 +30,10 @@ const lineLinger = 30 * time.Second
 // taken is held while the caller queues for the next one, with a ticket in
 // that pool's line. It is woken by the store's notification, and polls as a
 // fallback.
-func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Duration) (*Lease, error) {
+//
+// With park, a caller that is still refused when its wait ends parks
+// instead of leaving the line (Limiter.AcquireOrPark).
+func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Duration, park *Parking) (*Lease, error) {
 	order := make([]int, len(ls.slots))
 	for i := range order {
 		order[i] = i
@@ -38,8 +42,9 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		return cmp.Compare(string(ls.slots[a].limit.pool[:]), string(ls.slots[b].limit.pool[:]))
 	})
 	wake := make(chan struct{}, 1)
-	notified := l.lines.watch(ctx, ls, wake)
-	defer l.lines.unwatch(ls, wake)
+	w := signal(wake)
+	notified := l.lines.watch(ctx, ls, w)
+	defer l.lines.unwatch(ls, w)
 
 	var timer *time.Timer
 	defer func() {
@@ -51,6 +56,9 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 	for {
 		left := wait - (now - start)
 		tk := Ticket{TTL: min(max(left, 0), 2*LinePoll) + HandoffClaim, Claim: HandoffClaim}
+		if park != nil && left <= 0 {
+			tk = Ticket{TTL: park.For, Claim: park.Claim} // parks in the same call
+		}
 		refused, err := l.tryLine(ctx, ls, order, now, tk)
 		if err != nil {
 			return nil, err
@@ -60,6 +68,18 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			return ls, nil
 		}
 		waited := l.now() - start
+		if waited >= wait && park != nil && left > 0 {
+			now = l.now() // once more, with the parking ticket
+			continue
+		}
+		if waited >= wait && park != nil {
+			if l.parkIn(ctx, ls, refused, park, wake) {
+				continue // handed a slot meanwhile: claim it
+			}
+			lim := ls.slots[refused].limit
+			l.emit(Event{Kind: LimitExceeded, Limit: lim, Waited: waited})
+			return nil, &LimitError{Limit: lim, Waited: waited, Parked: true}
+		}
 		if waited >= wait {
 			l.leaveLine(ls, refused)
 			lim := ls.slots[refused].limit
@@ -85,6 +105,185 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		}
 		now = l.now()
 	}
+}
+
+// Parking is how a caller that cannot wait in place (a job that goes back
+// to its queue) keeps its place in a line: AcquireOrPark.
+type Parking struct {
+	// Owner names the caller on each of its attempts, so that the attempt
+	// that comes back claims the slot handed to its ticket: OwnerFor.
+	Owner Owner
+	// For is how long the ticket waits for its owner to come back: the
+	// caller's fallback delay, after which it tries again anyway.
+	For time.Duration
+	// Claim is how long a slot handed to the ticket stays reserved for the
+	// owner, the time it needs to come back once woken.
+	Claim time.Duration
+	// Wake is called, once, in a goroutine of its own, when a slot is
+	// handed to the ticket: it makes the caller come back now (for a job,
+	// River's JobRetry, asynq's RunTask).
+	Wake func()
+}
+
+// OwnerFor returns the owner token of the caller named id (a job's pool,
+// key and ID, say): the same id always gives the same token.
+func OwnerFor(id string) Owner {
+	p := PoolIDOf(familyInternal, "owner", id)
+	return Owner(p)
+}
+
+// AcquireOrPark is Acquire for a caller that waits in place for the limits'
+// wait, as Acquire does, and then, instead of leaving the line, parks: its
+// ticket stays for p.For, and when a slot is handed to it, on any client
+// of the store, p.Wake is called. The caller's next AcquireOrPark with the
+// same p.Owner claims that slot (within p.Claim). A parked caller gets a
+// *LimitError with Parked set.
+//
+// The store must keep lines (Liner) and notify (Notifier) for the wake-up;
+// on another store AcquireOrPark is Acquire, and never parks. A parked
+// ticket lives in the store: a wake-up lost with its process leaves the
+// slot reserved for p.Claim, then it passes on; the caller comes back at
+// its own fallback delay and queues again.
+func (l *Limiter) AcquireOrPark(ctx context.Context, p Parking, limits ...Limit) (*Lease, error) {
+	if p.For <= 0 || p.Claim <= 0 || p.Wake == nil {
+		return nil, fmt.Errorf("%w: parking needs a positive For and Claim, and a Wake (got %s, %s)", ErrInvalidLimit, p.For, p.Claim)
+	}
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	wait, err := check(limits)
+	if err != nil {
+		return nil, err
+	}
+	for _, lim := range limits {
+		if lim.max == 0 {
+			l.emit(Event{Kind: LimitExceeded, Limit: lim})
+			return nil, &LimitError{Limit: lim}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	start := l.now()
+	ls := newLease(l, limits, start)
+	ls.owner = p.Owner
+	if l.liner == nil || l.notifier == nil {
+		return l.acquireLease(ctx, ls, wait, start)
+	}
+	l.parked.cancel(p.Owner) // an attempt that comes back
+	return l.waitInLine(ctx, ls, wait, start, &p)
+}
+
+// parkIn parks ls's owner in slot i's line: the slots it holds are
+// released, and the line's handoff now calls p.Wake. It reports true if a
+// slot was handed to the owner before the watch changed hands: the caller
+// claims it.
+func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake <-chan struct{}) bool {
+	for j := range ls.slots {
+		if s := &ls.slots[j]; s.held && j != i {
+			l.releaseLater(s.limit, ls.owner)
+			s.held = false
+		}
+	}
+	lim := ls.slots[i].limit
+	w := l.parked.add(ls.owner, lim.pool, p)
+	l.lines.watchPool(ctx, lim, ls.owner, w)
+	select {
+	case <-wake:
+		l.parked.cancel(ls.owner)
+		return true
+	default:
+		return false
+	}
+}
+
+// parked holds a Limiter's parked callers, by owner.
+type parked struct {
+	l      *Limiter
+	mu     sync.Mutex
+	m      map[Owner]*parking
+	closed bool
+}
+
+type parking struct {
+	pool  PoolID
+	w     *lineWaiter
+	timer *time.Timer
+}
+
+func (pk *parked) init(l *Limiter) {
+	pk.l = l
+	pk.m = make(map[Owner]*parking)
+}
+
+// add parks owner on pool until p.For passes or a handoff wakes it, and
+// returns the waiter to watch the line with.
+func (pk *parked) add(owner Owner, pool PoolID, p *Parking) *lineWaiter {
+	e := &parking{pool: pool, w: &lineWaiter{}}
+	wakeFn := p.Wake
+	e.w.fn = func() { // under the lines' lock: must not block
+		if pk.take(owner, e) {
+			go func() {
+				pk.l.lines.unwatchOne(e.pool, owner, e.w)
+				wakeFn()
+			}()
+		}
+	}
+	pk.mu.Lock()
+	if pk.closed {
+		pk.mu.Unlock()
+		return e.w
+	}
+	old := pk.m[owner]
+	pk.m[owner] = e
+	e.timer = time.AfterFunc(p.For, func() {
+		if pk.take(owner, e) {
+			pk.l.lines.unwatchOne(e.pool, owner, e.w)
+		}
+	})
+	pk.mu.Unlock()
+	if old != nil {
+		old.timer.Stop()
+		pk.l.lines.unwatchOne(old.pool, owner, old.w)
+	}
+	return e.w
+}
+
+// take removes e if it is still owner's parking, and reports whether it was.
+func (pk *parked) take(owner Owner, e *parking) bool {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	if pk.m[owner] != e {
+		return false
+	}
+	delete(pk.m, owner)
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	return true
+}
+
+// cancel unparks owner, if parked.
+func (pk *parked) cancel(owner Owner) {
+	pk.mu.Lock()
+	e := pk.m[owner]
+	pk.mu.Unlock()
+	if e != nil && pk.take(owner, e) {
+		pk.l.lines.unwatchOne(e.pool, owner, e.w)
+	}
+}
+
+// close unparks everyone: nobody will be woken by this Limiter any more.
+func (pk *parked) close() {
+	pk.mu.Lock()
+	pk.closed = true
+	for o, e := range pk.m {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		delete(pk.m, o)
+	}
+	pk.mu.Unlock()
 }
 
 // tryLine queues for ls's slots in order until one refuses, and returns
@@ -164,8 +363,21 @@ type line struct {
 	ready   chan struct{} // closed once Notify returned
 	err     error         // Notify's error: the pool's waiters poll
 	stop    func()
-	waiters map[Owner]chan<- struct{}
+	waiters map[Owner]*lineWaiter
 	idle    *time.Timer // running while the line has no waiter
+}
+
+// lineWaiter is what a handoff to its owner calls; it must not block.
+type lineWaiter struct{ fn func() }
+
+// signal returns a lineWaiter that signals ch without blocking.
+func signal(ch chan<- struct{}) *lineWaiter {
+	return &lineWaiter{fn: func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}}
 }
 
 func (ls *lines) init(l *Limiter) {
@@ -177,20 +389,20 @@ func (ls *lines) init(l *Limiter) {
 // reports whether notifications flow for all of them: when not, the
 // waiter must poll. It returns once the store confirmed every subscription,
 // so that no handoff to a ticket taken after it is missed.
-func (ls *lines) watch(ctx context.Context, lease *Lease, wake chan<- struct{}) bool {
+func (ls *lines) watch(ctx context.Context, lease *Lease, w *lineWaiter) bool {
 	if ls.l.notifier == nil {
 		return false
 	}
 	all := true
 	for i := range lease.slots {
-		if !ls.watchPool(ctx, lease.slots[i].limit, lease.owner, wake) {
+		if !ls.watchPool(ctx, lease.slots[i].limit, lease.owner, w) {
 			all = false
 		}
 	}
 	return all
 }
 
-func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, wake chan<- struct{}) bool {
+func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, w *lineWaiter) bool {
 	ls.mu.Lock()
 	if ls.closed {
 		ls.mu.Unlock()
@@ -198,9 +410,9 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, wake cha
 	}
 	ln := ls.pools[lim.pool]
 	if ln == nil {
-		ln = &line{ready: make(chan struct{}), waiters: make(map[Owner]chan<- struct{})}
+		ln = &line{ready: make(chan struct{}), waiters: make(map[Owner]*lineWaiter)}
 		ls.pools[lim.pool] = ln
-		ln.waiters[owner] = wake
+		ln.waiters[owner] = w
 		ls.mu.Unlock()
 		bctx, cancel := ls.l.bound(ctx, ls.l.budgetOf(lim))
 		stop, err := ls.l.notifier.Notify(bctx, lim.pool, func(g []Owner) { ls.deliver(lim.pool, g) })
@@ -221,7 +433,7 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, wake cha
 		ln.idle.Stop()
 		ln.idle = nil
 	}
-	ln.waiters[owner] = wake
+	ln.waiters[owner] = w
 	ls.mu.Unlock()
 	select {
 	case <-ln.ready:
@@ -233,23 +445,34 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, wake cha
 
 // unwatch removes lease's owner from its pools' lines; a line left without
 // waiters is unsubscribed from after lineLinger.
-func (ls *lines) unwatch(lease *Lease, wake chan<- struct{}) {
+func (ls *lines) unwatch(lease *Lease, w *lineWaiter) {
 	if ls.l.notifier == nil {
 		return
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for i := range lease.slots {
-		p := lease.slots[i].limit.pool
-		ln := ls.pools[p]
-		if ln == nil || ln.waiters[lease.owner] != wake {
-			continue
-		}
-		delete(ln.waiters, lease.owner)
-		if len(ln.waiters) == 0 && ln.idle == nil && !ls.closed {
-			ln.idle = time.AfterFunc(lineLinger, func() { ls.drop(p, ln) })
-		}
+		ls.unwatchPool(lease.slots[i].limit.pool, lease.owner, w)
 	}
+}
+
+// unwatchPool removes w from p's line; the caller holds ls.mu.
+func (ls *lines) unwatchPool(p PoolID, owner Owner, w *lineWaiter) {
+	ln := ls.pools[p]
+	if ln == nil || ln.waiters[owner] != w {
+		return
+	}
+	delete(ln.waiters, owner)
+	if len(ln.waiters) == 0 && ln.idle == nil && !ls.closed {
+		ln.idle = time.AfterFunc(lineLinger, func() { ls.drop(p, ln) })
+	}
+}
+
+// unwatchOne removes w from p's line.
+func (ls *lines) unwatchOne(p PoolID, owner Owner, w *lineWaiter) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.unwatchPool(p, owner, w)
 }
 
 // drop ends the subscription of an idle line.
@@ -275,21 +498,15 @@ func (ls *lines) deliver(p PoolID, granted []Owner) {
 	if ln == nil {
 		return
 	}
-	signal := func(ch chan<- struct{}) {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 	if len(granted) == 0 {
-		for _, ch := range ln.waiters {
-			signal(ch)
+		for _, w := range ln.waiters {
+			w.fn()
 		}
 		return
 	}
 	for _, o := range granted {
-		if ch, ok := ln.waiters[o]; ok {
-			signal(ch)
+		if w, ok := ln.waiters[o]; ok {
+			w.fn()
 		}
 	}
 }

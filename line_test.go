@@ -307,3 +307,76 @@ func BenchmarkHandoffInProcess(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
 	b.ReportMetric(0, "ns/op")
 }
+
+// A caller that parks keeps its place: when the slot frees, its Wake is
+// called, and its next attempt (same owner) claims the slot, which nobody
+// else can take meanwhile.
+func TestParkedCallerIsWokenAndClaims(t *testing.T) {
+	rec := &keycaptest.Recorder{}
+	l := newLineLimiter(t, memstore.New(), keycap.WithObserver(rec))
+	lim := keycap.MustLimit("park", "k", 1)
+	holder, err := l.Acquire(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan struct{}, 2)
+	p := keycap.Parking{Owner: keycap.OwnerFor("job 1"), For: time.Minute, Claim: time.Minute, Wake: func() { woken <- struct{}{} }}
+	_, err = l.AcquireOrPark(context.Background(), p, lim)
+	var le *keycap.LimitError
+	if !errors.As(err, &le) || !le.Parked {
+		t.Fatalf("AcquireOrPark on a full pool: %v, want a parked LimitError", err)
+	}
+	select {
+	case <-woken:
+		t.Fatal("woken before any slot freed")
+	default:
+	}
+	holder.Release()
+	testkit.Recv(t, woken, 5*time.Second, "the parked caller's wake-up")
+	if _, err := l.Acquire(context.Background(), lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("a fresh caller took the slot handed to the parked one: %v", err)
+	}
+	ls, err := l.AcquireOrPark(context.Background(), p, lim)
+	if err != nil {
+		t.Fatalf("the parked caller's next attempt: %v", err)
+	}
+	ls.Release()
+	select {
+	case <-woken:
+		t.Fatal("woken twice")
+	default:
+	}
+	if n := rec.Count(keycap.LimitExceeded, "park"); n != 2 {
+		t.Errorf("%d LimitExceeded events, want 2 (the fresh caller and the parking)", n)
+	}
+}
+
+// A parked caller that never comes back does not hold the line: its ticket
+// expires after For, an unclaimed slot after Claim.
+func TestParkedTicketExpires(t *testing.T) {
+	l := newLineLimiter(t, memstore.New())
+	lim := keycap.MustLimit("park-expiry", "k", 1)
+	holder, err := l.Acquire(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan struct{}, 1)
+	p := keycap.Parking{Owner: keycap.OwnerFor("job 2"), For: 300 * time.Millisecond, Claim: 300 * time.Millisecond, Wake: func() { woken <- struct{}{} }}
+	if _, err := l.AcquireOrPark(context.Background(), p, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatal(err)
+	}
+	holder.Release() // handed to the parked ticket, which never claims it
+	testkit.Recv(t, woken, 5*time.Second, "the wake-up")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ls, err := l.Acquire(context.Background(), lim)
+		if err == nil {
+			ls.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unclaimed slot never passed on")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

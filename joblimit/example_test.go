@@ -22,9 +22,10 @@ func Example() {
 	jobs, _ := joblimit.New(limiter)
 
 	// No jitter, so that the delay printed below is exact; in production the
-	// default jitter keeps released jobs from coming back together.
+	// default jitter keeps released jobs from coming back together. No wait
+	// in place either: job 2 would wait for job 1, which waits for job 2.
 	rule := joblimit.MustRule("calendar:7", 1,
-		joblimit.WithReleaseAfter(30*time.Second), joblimit.WithJitter(0))
+		joblimit.WithReleaseAfter(30*time.Second), joblimit.WithJitter(0), joblimit.WithWaitInPlace(0))
 	ctx := context.Background()
 
 	err := jobs.Run(ctx, rule, jobtype.Job{Kind: "SyncCalendar", ID: "1"}, func(ctx context.Context) error {

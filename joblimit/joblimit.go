@@ -52,12 +52,31 @@ func New(l *keycap.Limiter) (*Limiter, error) {
 // with a rule that fails open runs work without a slot.
 func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work func(context.Context) error) error {
 	pool, key := rule.Pool(job.Kind), rule.Key()
-	lim, err := keycap.NewLimit(pool, key, rule.max, keycap.WithFamily(keycap.FamilyJob),
-		keycap.WithTTL(rule.slotTTL(job.Timeout)), keycap.WithFailMode(rule.fail), keycap.WithBudget(rule.budget))
+	opts := []keycap.LimitOption{keycap.WithFamily(keycap.FamilyJob),
+		keycap.WithTTL(rule.slotTTL(job.Timeout)), keycap.WithFailMode(rule.fail), keycap.WithBudget(rule.budget)}
+	if wait := rule.inPlace(ctx); wait > 0 {
+		opts = append(opts, keycap.WithWait(wait))
+	}
+	lim, err := keycap.NewLimit(pool, key, rule.max, opts...)
 	if err != nil {
 		return err
 	}
-	lease, err := jl.l.Acquire(ctx, lim)
+	var lease *keycap.Lease
+	if job.Wake != nil && !rule.noHandoff && !rule.skip {
+		wake := job.Wake
+		lease, err = jl.l.AcquireOrPark(ctx, keycap.Parking{
+			Owner: keycap.OwnerFor(pool + "\x00" + key + "\x00" + job.ID),
+			For:   rule.parkFor + JobClaim, // outlives the job's fallback delay
+			Claim: JobClaim,
+			Wake: func() {
+				wctx, cancel := context.WithTimeout(context.Background(), JobClaim)
+				defer cancel()
+				_ = wake(wctx)
+			},
+		}, lim)
+	} else {
+		lease, err = jl.l.Acquire(ctx, lim)
+	}
 	if err == nil {
 		defer lease.Release()
 		return work(ctx)
@@ -73,7 +92,11 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 	if rule.skip {
 		return &jobtype.SkipError{By: pool, Key: key, Err: err}
 	}
-	return &jobtype.ReleaseError{By: pool, Key: key, Delay: rule.delay(), Err: err}
+	delay := rule.delay()
+	if le, ok := errors.AsType[*keycap.LimitError](err); ok && le.Parked {
+		delay = rule.parkFor
+	}
+	return &jobtype.ReleaseError{By: pool, Key: key, Delay: delay, Err: err}
 }
 
 // For returns a Runner that runs jobs under rule, for queue adapters.

@@ -102,7 +102,7 @@ func TestNewRuleNamesTheInvalidField(t *testing.T) {
 func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("calendar:1", 1, joblimit.WithReleaseAfter(10*time.Second))
+	rule := joblimit.MustRule("calendar:1", 1, joblimit.WithReleaseAfter(10*time.Second), joblimit.WithWaitInPlace(0))
 	release := hold(t, jl, rule, job)
 
 	ran, err := run(jl, rule, job)
@@ -138,7 +138,7 @@ func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
 func TestSharedPool(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
-	shared := joblimit.MustRule("stripe", 1, joblimit.WithSharedPool())
+	shared := joblimit.MustRule("stripe", 1, joblimit.WithSharedPool(), joblimit.WithWaitInPlace(0))
 	release := hold(t, jl, shared, jobtype.Job{Kind: "Charge", ID: "1"})
 	defer release()
 	_, err := run(jl, shared, jobtype.Job{Kind: "Refund", ID: "2"})
@@ -283,5 +283,60 @@ func TestSlotTTL(t *testing.T) {
 		if len(ev) == 0 || ev[0].Limit.TTL() != tc.want {
 			t.Errorf("rule %q, timeout %s: TTL %v, want %s", tc.rule.Key(), tc.timeout, ev, tc.want)
 		}
+	}
+}
+
+// A job with no free slot waits in the line, holding its worker, and runs
+// as soon as the slot frees: no release, no second fetch.
+func TestWaitsInPlaceForTheNextSlot(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("in-place", 1, joblimit.WithWaitInPlace(10*time.Second))
+	release := hold(t, jl, rule, job)
+	done := make(chan error, 1)
+	go func() {
+		ran, err := run(jl, rule, jobtype.Job{Kind: job.Kind, ID: "2"})
+		if err == nil && !ran {
+			err = errors.New("did not run")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the second job did not wait: %v", err)
+	case <-time.After(100 * time.Millisecond): // it is waiting (what is tested is that it does not return)
+	}
+	start := time.Now()
+	release()
+	if err := testkit.Recv(t, done, 5*time.Second, "the waiting job"); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("the waiting job ran %s after the slot freed", el)
+	}
+}
+
+// A job that cannot wait in place is parked: released for the park delay,
+// and woken (its Wake called) the moment its slot frees; its next attempt
+// claims the slot, which no other job can take meanwhile.
+func TestParkedJobIsWokenAndKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("parked", 1, joblimit.WithWaitInPlace(0), joblimit.WithParkFor(time.Hour))
+	release := hold(t, jl, rule, job)
+	woken := make(chan struct{}, 2)
+	parked := jobtype.Job{Kind: job.Kind, ID: "2", Wake: func(context.Context) error { woken <- struct{}{}; return nil }}
+	_, err := run(jl, rule, parked)
+	var rel *jobtype.ReleaseError
+	if !errors.As(err, &rel) || rel.Delay != time.Hour {
+		t.Fatalf("parked job: %v, want a release for the park delay", err)
+	}
+	release()
+	testkit.Recv(t, woken, 5*time.Second, "the parked job's wake-up")
+	if ran, err := run(jl, rule, jobtype.Job{Kind: job.Kind, ID: "3"}); ran || !errors.As(err, &rel) {
+		t.Fatalf("a later job took the slot handed to the parked one: ran %v, %v", ran, err)
+	}
+	if ran, err := run(jl, rule, parked); !ran || err != nil {
+		t.Fatalf("the woken job: ran %v, %v", ran, err)
 	}
 }

@@ -1,6 +1,7 @@
 package joblimit
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -14,6 +15,23 @@ const (
 	DefaultReleaseAfter = 10 * time.Second // how long a job with no slot waits before its next try
 	DefaultTTL          = 70 * time.Second // slot TTL when the job's timeout is unknown
 	TTLMargin           = 10 * time.Second // added to a known job timeout to make the slot TTL
+
+	// DefaultWaitInPlace is how long a job with no free slot waits for one
+	// in the pool's line, holding its worker, before it goes back to the
+	// queue: a slot freed meanwhile, on any server, is handed to it at once.
+	// At most half of the time the job's context has left.
+	DefaultWaitInPlace = 5 * time.Second
+
+	// DefaultParkFor is how long a job that went back to the queue keeps
+	// its ticket in the line (parked) when the adapter can wake it: a slot
+	// freed on any server is handed to it and the job made runnable at
+	// once; a wake-up that was lost brings it back after this long anyway.
+	DefaultParkFor = time.Minute
+
+	// JobClaim is how long a slot handed to a parked job stays reserved
+	// while the queue makes it runnable and a worker fetches it; unclaimed,
+	// it passes to the next job in line.
+	JobClaim = 10 * time.Second
 
 	// DefaultBudget is a job's decision budget: how long the store may take
 	// to decide on its slot before the rule's fail mode applies. Longer than
@@ -38,6 +56,10 @@ type Rule struct {
 	fail         keycap.FailMode
 	budget       time.Duration
 	deadline     time.Duration
+	waitInPlace  time.Duration
+	waitSet      bool
+	parkFor      time.Duration
+	noHandoff    bool
 }
 
 // An Option sets an optional field of a Rule.
@@ -101,11 +123,29 @@ func WithBudget(d time.Duration) Option { return Option{func(r *Rule) { r.budget
 // default) waits without bound.
 func WithDeadline(d time.Duration) Option { return Option{func(r *Rule) { r.deadline = d }} }
 
+// WithWaitInPlace sets how long a job with no free slot waits for one in
+// the pool's line, holding its worker, before it goes back to the queue
+// (default DefaultWaitInPlace; at most half of what the job's context has
+// left). 0 sends it back at once: a worker never waits, and a job that the
+// adapter can wake is parked instead.
+func WithWaitInPlace(d time.Duration) Option {
+	return Option{func(r *Rule) { r.waitInPlace, r.waitSet = d, true }}
+}
+
+// WithParkFor sets how long a parked job waits in the queue before it comes
+// back anyway, should its wake-up be lost (default DefaultParkFor).
+func WithParkFor(d time.Duration) Option { return Option{func(r *Rule) { r.parkFor = d }} }
+
+// WithoutHandoff turns parking off: a job that goes back to the queue
+// leaves the line and comes back after the release delay (WithReleaseAfter),
+// as keycap did before lines. Waiting in place still applies.
+func WithoutHandoff() Option { return Option{func(r *Rule) { r.noHandoff = true }} }
+
 // NewRule returns a rule letting at most max jobs run at once per key (0
 // refuses every job). An invalid setting returns a *keycap.InvalidLimitError
 // naming it.
 func NewRule(key string, max int, opts ...Option) (Rule, error) {
-	r := Rule{key: key, max: max, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget}
+	r := Rule{key: key, max: max, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget, waitInPlace: DefaultWaitInPlace, parkFor: DefaultParkFor}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&r)
@@ -131,6 +171,10 @@ func NewRule(key string, max int, opts ...Option) (Rule, error) {
 		return Rule{}, invalid("deadline", r.deadline.String(), "must be at least 0")
 	case r.budget <= 0:
 		return Rule{}, invalid("budget", r.budget.String(), "must be positive")
+	case r.waitInPlace < 0:
+		return Rule{}, invalid("wait in place", r.waitInPlace.String(), "must be at least 0")
+	case r.parkFor <= 0:
+		return Rule{}, invalid("park for", r.parkFor.String(), "must be positive")
 	}
 	return r, nil
 }
@@ -171,6 +215,18 @@ func (r Rule) slotTTL(timeout time.Duration) time.Duration {
 		return timeout + TTLMargin
 	}
 	return DefaultTTL
+}
+
+// inPlace returns how long a job may wait for a slot holding its worker.
+func (r Rule) inPlace(ctx context.Context) time.Duration {
+	d := r.waitInPlace
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)/2)
+	}
+	if r.skip || d <= 0 {
+		return 0
+	}
+	return d
 }
 
 // delay returns how long a refused job waits before its next try.

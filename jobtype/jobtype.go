@@ -24,6 +24,11 @@ type Job struct {
 	ID string
 	// Timeout is how long the queue lets the job run, 0 if unknown.
 	Timeout time.Duration
+	// Wake, when the adapter can, makes the job runnable now if it is
+	// waiting in the queue after a release (River's JobRetry, asynq's
+	// RunTask). A Runner calls it when the slot the job waits for is handed
+	// to it; nil: the job comes back at its release delay.
+	Wake func(ctx context.Context) error
 }
 
 // Runner runs a job under a front door's rule: it runs work (and returns its
