@@ -72,7 +72,11 @@ func keyRule(_ context.Context, t *asynq.Task) (joblimit.Rule, bool) {
 		joblimit.WithReleaseAfter(30*time.Millisecond), joblimit.WithJitter(30*time.Millisecond)), true
 }
 
-func newServer(t *testing.T, q string, jobs *joblimit.Limiter, h asynq.HandlerFunc, concurrency int) *asynq.Server {
+func newServer(t *testing.T, q string, jobs *joblimit.Limiter, h asynq.HandlerFunc, concurrency int, opts ...asynqlimit.Option) *asynq.Server {
+	return newServerRule(t, q, jobs, keyRule, h, concurrency, opts...)
+}
+
+func newServerRule(t *testing.T, q string, jobs *joblimit.Limiter, rule func(context.Context, *asynq.Task) (joblimit.Rule, bool), h asynq.HandlerFunc, concurrency int, opts ...asynqlimit.Option) *asynq.Server {
 	t.Helper()
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: testenv.RedisAddr()}, asynq.Config{
 		Concurrency:              concurrency,
@@ -85,7 +89,7 @@ func newServer(t *testing.T, q string, jobs *joblimit.Limiter, h asynq.HandlerFu
 		LogLevel:                 asynq.ErrorLevel,
 	})
 	mux := asynq.NewServeMux()
-	mux.Use(asynqlimit.Middleware(jobs, keyRule))
+	mux.Use(asynqlimit.Middleware(jobs, rule, opts...))
 	mux.Handle("keyed", h)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
@@ -101,6 +105,18 @@ func newServer(t *testing.T, q string, jobs *joblimit.Limiter, h asynq.HandlerFu
 // releases spent no retry.
 func TestTwoServers(t *testing.T) {
 	t.Parallel()
+	// In place: refused tasks wait in the line holding their worker, and are
+	// handed the next slot; parked: they are released at once, keep their
+	// ticket, and are woken (Inspector.RunTask) when a slot is handed to them.
+	for _, mode := range []string{"in place", "parked"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			twoServers(t, mode == "parked")
+		})
+	}
+}
+
+func twoServers(t *testing.T, parked bool) {
 	const tasks, keys, limit = 200, 10, 2
 	q := queue(t)
 	prefix := testenv.Prefix(t, testenv.Redis(t))
@@ -118,9 +134,21 @@ func TestTwoServers(t *testing.T) {
 		return nil
 	}
 	rec := &keycaptest.Recorder{}
-	for range 2 {
-		newServer(t, q, newJobs(t, prefix, rec), h, 25)
+	rule := keyRule
+	var opts []asynqlimit.Option
+	if parked {
+		rule = func(ctx context.Context, task *asynq.Task) (joblimit.Rule, bool) {
+			r, ok := keyRule(ctx, task)
+			return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0)), ok
+		}
+		ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
+		t.Cleanup(func() { _ = ins.Close() })
+		opts = append(opts, asynqlimit.WithInspector(ins))
 	}
+	for range 2 {
+		newServerRule(t, q, newJobs(t, prefix, rec), rule, h, 25, opts...)
+	}
+	start := time.Now()
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 	defer client.Close()
 	for i := range tasks {
@@ -140,9 +168,13 @@ func TestTwoServers(t *testing.T) {
 			t.Fatalf("only %d of %d tasks completed", i, tasks)
 		}
 	}
+	took := time.Since(start)
 	for key, p := range conc.Peaks() {
 		if p > limit {
 			t.Errorf("key %s: %d tasks at once, limit %d", key, p, limit)
+		}
+		if p < limit {
+			t.Errorf("key %s: at most %d tasks at once, want the limit, %d: the tasks were not contended", key, p, limit)
 		}
 	}
 	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
@@ -156,9 +188,16 @@ func TestTwoServers(t *testing.T) {
 		t.Fatalf("asynq counted %d failures and %d archived tasks; releases must count none", info.Failed, info.Archived)
 	}
 	refusals := rec.Count(keycap.LimitExceeded, "")
-	t.Logf("%d releases for want of a slot", refusals)
-	if refusals == 0 {
-		t.Fatal("no task was ever refused a slot: the test proved nothing")
+	t.Logf("%d tasks in %s; %d releases for want of a slot", tasks, took, refusals)
+	switch {
+	case parked && refusals == 0:
+		t.Fatal("no task was ever parked: the test proved nothing")
+	case parked && took > 5*time.Second:
+		// Each key's 20 tasks of 15 ms take 150 ms at 2 at once: a run this
+		// long means tasks came back at their fallback delay, not woken.
+		t.Fatalf("took %s: parked tasks were not woken", took)
+	case !parked && refusals > 0:
+		t.Fatalf("%d releases: tasks waiting in place went back to the queue", refusals)
 	}
 	if info.Processed != tasks {
 		t.Fatalf("asynq counted %d processed tasks, want %d (a release is not processed)", info.Processed, tasks)

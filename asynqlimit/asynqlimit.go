@@ -21,6 +21,13 @@
 // Both settings recognise a release with errors.As, so a handler or another
 // middleware may wrap it.
 //
+// A task with no free slot first waits for one in the pool's line, holding
+// its worker, up to joblimit.DefaultWaitInPlace: a slot freed on any server
+// is handed to it at once. Then it is released; with WithInspector it keeps
+// its ticket (parked) and is made pending the moment a slot is handed to it
+// (Inspector.RunTask), its retry delay (joblimit.DefaultParkFor) being the
+// fallback should the wake-up be lost.
+//
 // asynq's caveat: asynq archives a task whose Retried count has reached its
 // MaxRetry before it looks at IsFailure, even for a non-failure. Releases never
 // move that count, so only tasks whose real failures used up their retries
@@ -49,27 +56,88 @@ import (
 // and RetryDelay) and a skip into a revoked task; a task for which pick
 // reports false runs as is. The constructors below are Use with a pick of
 // each kind.
-func Use(pick func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool)) asynq.MiddlewareFunc {
+func Use(pick func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool), opts ...Option) asynq.MiddlewareFunc {
+	var c config
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&c)
+		}
+	}
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			runner, ok := pick(ctx, t)
 			if !ok {
 				return next.ProcessTask(ctx, t)
 			}
-			err := runner.Run(ctx, job(ctx, t), func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
+			j := job(ctx, t)
+			if c.inspector != nil {
+				queue, _ := asynq.GetQueueName(ctx)
+				id, _ := asynq.GetTaskID(ctx)
+				j.Wake = func(ctx context.Context) error { return wake(ctx, c.inspector, queue, id) }
+			}
+			err := runner.Run(ctx, j, func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
 			return outcome(ctx, err)
 		})
+	}
+}
+
+// An Option configures the middleware.
+type Option struct{ apply func(*config) }
+
+type config struct{ inspector TaskRunner }
+
+// TaskRunner is the part of an asynq Inspector that wakes a released task:
+// *asynq.Inspector is one.
+type TaskRunner interface {
+	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
+	RunTask(queue, id string) error
+}
+
+// WithInspector lets the middleware wake parked tasks: a task released for
+// want of a slot keeps its ticket in the pool's line, and when a slot is
+// handed to it, on any server, the middleware makes it pending at once
+// (Inspector.RunTask) instead of leaving it to its retry delay
+// (joblimit.DefaultParkFor, the fallback should the wake-up be lost).
+// Without it, released tasks come back after the rule's release delay.
+func WithInspector(i TaskRunner) Option { return Option{func(c *config) { c.inspector = i }} }
+
+// wake makes the released task id pending now, once asynq has moved it to
+// its retry set: while it is still active (the attempt that was released
+// has not returned yet), it looks again every 10 ms, until ctx ends. A task
+// in any other state (pending, archived, completed, gone) is left alone, so
+// that a wake-up that comes late never runs a task twice.
+func wake(ctx context.Context, ins TaskRunner, queue, id string) error {
+	for {
+		info, err := ins.GetTaskInfo(queue, id)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch info.State {
+		case asynq.TaskStateRetry, asynq.TaskStateScheduled:
+			return ins.RunTask(queue, id)
+		case asynq.TaskStateActive:
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		default:
+			return nil
+		}
 	}
 }
 
 // Middleware returns handler middleware that applies rule(ctx, task) to every
 // task; a task for which rule reports false runs unlimited. The slot TTL
 // follows the task's deadline (its timeout) unless the rule sets one.
-func Middleware(jobs *joblimit.Limiter, rule func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool)) asynq.MiddlewareFunc {
+func Middleware(jobs *joblimit.Limiter, rule func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool), opts ...Option) asynq.MiddlewareFunc {
 	return Use(func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool) {
 		r, ok := rule(ctx, t)
 		return jobs.For(r), ok
-	})
+	}, opts...)
 }
 
 // job describes task to a Runner: its type, its ID, and its timeout (the

@@ -133,36 +133,48 @@ func keyRule(job *rivertype.JobRow) (joblimit.Rule, bool) {
 // completes, on its first attempt: the snoozes spent no attempt.
 func TestTwoClients(t *testing.T) {
 	t.Parallel()
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		prefix := testenv.Prefix(t, testenv.Redis(t))
-		twoClients(t, func() *joblimit.Limiter { return newJobs(t, prefix) })
-	})
-	// The same on PostgreSQL alone: slots in pgstore, in River's own database.
-	t.Run("pgstore", func(t *testing.T) {
-		t.Parallel()
-		pool := pgenv.Pool(t)
-		schema := pgenv.Schema(t, pool)
-		if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
-			t.Fatal(err)
+	// In place: refused jobs wait in the line holding their worker, and
+	// are handed the next slot; parked: they are snoozed at once, keep
+	// their ticket, and are woken (JobRetry) when a slot is handed to them.
+	for _, mode := range []string{"in place", "parked"} {
+		rule := keyRule
+		if mode == "parked" {
+			rule = func(job *rivertype.JobRow) (joblimit.Rule, bool) {
+				r, ok := keyRule(job)
+				return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0)), ok
+			}
 		}
-		twoClients(t, func() *joblimit.Limiter {
-			store, err := pgstore.New(pgenv.Pool(t), pgstore.WithSchema(schema))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := keycap.NewLimiter(store)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			jobs, _ := joblimit.New(l)
-			return jobs
+		t.Run(mode+"/redis", func(t *testing.T) {
+			t.Parallel()
+			prefix := testenv.Prefix(t, testenv.Redis(t))
+			twoClients(t, rule, mode == "parked", func() *joblimit.Limiter { return newJobs(t, prefix) })
 		})
-	})
+		// The same on PostgreSQL alone: slots in pgstore, in River's own database.
+		t.Run(mode+"/pgstore", func(t *testing.T) {
+			t.Parallel()
+			pool := pgenv.Pool(t)
+			schema := pgenv.Schema(t, pool)
+			if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
+				t.Fatal(err)
+			}
+			twoClients(t, rule, mode == "parked", func() *joblimit.Limiter {
+				store, err := pgstore.New(pgenv.Pool(t), pgstore.WithSchema(schema))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := keycap.NewLimiter(store)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				jobs, _ := joblimit.New(l)
+				return jobs
+			})
+		})
+	}
 }
 
-func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
+func twoClients(t *testing.T, rule func(*rivertype.JobRow) (joblimit.Rule, bool), parked bool, newJobs func() *joblimit.Limiter) {
 	const jobsN, keys, limit = 200, 10, 2
 	schema := migrate(t, pgenv.Pool(t))
 	conc := testkit.NewConcurrency()
@@ -172,7 +184,7 @@ func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
 	for range 2 {
 		workers := river.NewWorkers()
 		river.AddWorker(workers, &keyedWorker{conc: conc, work: 15 * time.Millisecond, attempts: attempts})
-		c, p := newClient(t, schema, workers, riverlimit.Middleware(newJobs(), keyRule), 25)
+		c, p := newClient(t, schema, workers, riverlimit.Middleware(newJobs(), rule), 25)
 		clients, pool = append(clients, c), p
 	}
 	ctx := context.Background()
@@ -183,6 +195,7 @@ func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
 	if _, err := clients[0].InsertMany(ctx, params); err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	for _, c := range clients {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -199,6 +212,7 @@ func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
 			t.Fatalf("only %d of %d jobs completed", i, jobsN)
 		}
 	}
+	took := time.Since(start)
 	for _, c := range clients {
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if err := c.Stop(stopCtx); err != nil {
@@ -221,12 +235,25 @@ func twoClients(t *testing.T, newJobs func() *joblimit.Limiter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d jobs completed, %d on their first attempt; %d jobs snoozed %d times in all", completed, firstAttempt, snoozed, snoozes)
+	t.Logf("%d jobs completed in %s, %d on their first attempt; %d jobs snoozed %d times in all", completed, took, firstAttempt, snoozed, snoozes)
 	if completed != jobsN || firstAttempt != jobsN {
 		t.Fatalf("%d completed, %d on attempt 1; want %d and %d", completed, firstAttempt, jobsN, jobsN)
 	}
-	if snoozes == 0 || snoozed == 0 {
-		t.Fatal("no job was ever refused a slot: the test proved nothing")
+	for key, p := range conc.Peaks() {
+		if p != limit {
+			t.Errorf("key %s: at most %d jobs at once, want the limit, %d: the jobs were not contended", key, p, limit)
+		}
+	}
+	switch {
+	case parked && (snoozes == 0 || snoozed == 0):
+		t.Fatal("no job was ever parked: the test proved nothing")
+	case parked && took > 5*time.Second:
+		// Each key's 20 jobs of 15 ms take 150 ms at 2 at once: a run this
+		// long means jobs came back at a fallback delay (the park's, or the
+		// release's on a store without lines), not woken.
+		t.Fatalf("took %s: parked jobs were not woken", took)
+	case !parked && snoozes > 0:
+		t.Fatalf("%d snoozes: jobs waiting in place went back to the queue", snoozes)
 	}
 }
 

@@ -23,6 +23,15 @@
 //		return []rivertype.WorkerMiddleware{riverlimit.Limit(jobs, joblimit.MustRule("outlook", 4))}
 //	}
 //
+// A job with no free slot first waits for one in the pool's line, holding
+// its worker, up to joblimit.DefaultWaitInPlace: a slot freed on any server
+// is handed to it at once. Then it is snoozed for joblimit.DefaultParkFor
+// with its ticket kept (parked): when a slot is handed to it, the
+// middleware makes it available at once (Client.JobRetry, once River has
+// recorded the snooze), and it claims the slot; a wake-up that was lost
+// brings it back at the end of the snooze. The client is the one River
+// puts in the job's context (WithClient for another).
+//
 // A refused job's metadata records the pool that refused it
 // ("keycap_snoozed_by"), next to River's own "snoozes" count. A job with
 // joblimit.WithSkip is cancelled (river.JobCancel). A job past its rule's
@@ -36,11 +45,13 @@ package riverlimit
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -58,6 +69,19 @@ type Option struct{ apply func(*middleware) }
 // (joblimit.WithTTL).
 func WithJobTimeout(d time.Duration) Option { return Option{func(m *middleware) { m.timeout = d }} }
 
+// Retrier is the part of a River client that wakes a parked job: a
+// *river.Client of any transaction type is one.
+type Retrier interface {
+	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
+	JobRetry(ctx context.Context, id int64) (*rivertype.JobRow, error)
+}
+
+// WithClient gives the middleware the River client that wakes parked jobs
+// (JobRetry). Without it, the middleware uses the client River puts in each
+// job's context (river.ClientFromContext) when its transaction type is
+// pgx.Tx or *sql.Tx; WithClient is for other drivers.
+func WithClient(c Retrier) Option { return Option{func(m *middleware) { m.client = c }} }
+
 // middleware is every constructor's middleware: it runs each job through the
 // Runner its pick function gives, and translates the Runner's results into
 // River's.
@@ -65,6 +89,7 @@ type middleware struct {
 	river.MiddlewareDefaults
 	pick    func(*rivertype.JobRow) (jobtype.Runner, bool)
 	timeout time.Duration
+	client  Retrier
 }
 
 // Use returns worker middleware that runs each job through the Runner pick
@@ -140,8 +165,61 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	if !ok {
 		return doInner(ctx)
 	}
-	err := runner.Run(ctx, jobtype.Job{Kind: job.Kind, ID: "river:" + strconv.FormatInt(job.ID, 10), Timeout: m.timeout}, doInner)
+	j := jobtype.Job{Kind: job.Kind, ID: "river:" + strconv.FormatInt(job.ID, 10), Timeout: m.timeout}
+	if c := m.retrier(ctx); c != nil {
+		id, attempted := job.ID, job.AttemptedAt
+		j.Wake = func(ctx context.Context) error { return wake(ctx, c, id, attempted) }
+	}
+	err := runner.Run(ctx, j, doInner)
 	return outcome(ctx, job, err)
+}
+
+// retrier returns the client that wakes jobs, or nil.
+func (m *middleware) retrier(ctx context.Context) Retrier {
+	if m.client != nil {
+		return m.client
+	}
+	if c, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
+		return c
+	}
+	if c, err := river.ClientFromContextSafely[*sql.Tx](ctx); err == nil {
+		return c
+	}
+	return nil
+}
+
+// wake makes the snoozed job id available now, once River has recorded the
+// snooze of the attempt that parked it (attempted then): while that attempt
+// still shows as running, it looks again every 10 ms, until ctx ends. A job
+// in any other state (completed, cancelled, running again) is left alone,
+// so that a wake-up that comes late never runs a job twice.
+func wake(ctx context.Context, c Retrier, id int64, attempted *time.Time) error {
+	for {
+		row, err := c.JobGet(ctx, id)
+		if errors.Is(err, river.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case row.State == rivertype.JobStateScheduled:
+			_, err := c.JobRetry(ctx, id)
+			return err
+		case row.State == rivertype.JobStateRunning && sameTime(row.AttemptedAt, attempted):
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a != nil && b != nil && a.Equal(*b)
 }
 
 // outcome turns a Runner's results into River's: a release becomes a snooze
