@@ -188,7 +188,8 @@ type Liner interface {
 
 // Notifier is a Liner that tells its clients when a slot of a pool is handed
 // to a ticket, so that waiters are woken, not polling. Implemented by
-// memstore (in-process), redisstore (pub/sub) and pgstore (LISTEN/NOTIFY).
+// memstore, pgstore and redisstore; memstore notifies in-process, pgstore
+// with LISTEN/NOTIFY, redisstore with sharded pub/sub.
 type Notifier interface {
 	// Notify calls fn with the owners of the tickets handed a slot of pool,
 	// on whatever client the slot freed, until stop is called. fn must not

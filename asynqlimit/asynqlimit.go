@@ -103,29 +103,31 @@ func WithInspector(i TaskRunner) Option { return Option{func(c *config) { c.insp
 
 // wake makes the released task id pending now, once asynq has moved it to
 // its retry set: while it is still active (the attempt that was released
-// has not returned yet), it looks again every 10 ms, until ctx ends. A task
-// in any other state (pending, archived, completed, gone) is left alone, so
-// that a wake-up that comes late never runs a task twice.
+// has not returned yet), or Redis fails, it looks again every 10 ms, until
+// ctx ends. A task in any other state (pending, archived, completed, gone) is
+// left alone, so that a wake-up that comes late never runs a task twice.
 func wake(ctx context.Context, ins TaskRunner, queue, id string) error {
 	for {
 		info, err := ins.GetTaskInfo(queue, id)
-		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
 			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch info.State {
-		case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-			return ins.RunTask(queue, id)
-		case asynq.TaskStateActive:
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
+		case err != nil:
+			// Redis is busy or failing over: try again while the slot
+			// stays reserved (ctx).
+		case info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled:
+			if err = ins.RunTask(queue, id); err == nil || errors.Is(err, asynq.ErrTaskNotFound) {
+				return nil
 			}
+		case info.State == asynq.TaskStateActive:
+			// asynq has not moved the released attempt to its retry set yet.
 		default:
 			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

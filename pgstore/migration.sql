@@ -1,4 +1,4 @@
--- keycap pgstore migration, version 1.
+-- keycap pgstore migration, version 2 (version 1 and the wait lines).
 --
 -- Tables and functions live in schema public, named with prefix
 -- keycap_. Every function is one decision, atomic on its own: call it
@@ -42,6 +42,24 @@ CREATE UNLOGGED TABLE IF NOT EXISTS "public"."keycap_rate" (
     tat timestamptz NOT NULL -- GCRA's theoretical arrival time
 );
 
+-- Wait lines (version 2): one row per ticket, served in arrival order. A
+-- ticket expires unless its owner queues again; when a slot frees it is
+-- handed to the oldest live ticket (fill), as a lease that expires after the
+-- ticket's claim window, and the owners served are announced with
+-- NOTIFY "public_keycap_wake" ('<pool hex>:<owners hex>').
+CREATE UNLOGGED TABLE IF NOT EXISTS "public"."keycap_ticket" (
+    pool       bytea       NOT NULL,
+    owner      bytea       NOT NULL,
+    arrival    bigint      NOT NULL,
+    expires_at timestamptz NOT NULL,
+    claim_ms   bigint      NOT NULL,
+    max_       integer     NOT NULL, -- the pool's max when the ticket queued: fills after a release
+    PRIMARY KEY (pool, owner)
+);
+CREATE INDEX IF NOT EXISTS "keycap_ticket_line" ON "public"."keycap_ticket" (pool, arrival);
+CREATE INDEX IF NOT EXISTS "keycap_ticket_expires_at" ON "public"."keycap_ticket" (expires_at);
+CREATE SEQUENCE IF NOT EXISTS "public"."keycap_ticket_arrival";
+
 -- The pool's lock: transaction-scoped, in keycap's own advisory-lock class,
 -- so it never meets the application's locks.
 CREATE OR REPLACE FUNCTION "public"."keycap_lock"(p bytea) RETURNS void
@@ -60,23 +78,71 @@ LANGUAGE sql AS $$
     DELETE FROM "public"."keycap_mark"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_mark"  WHERE expires_at <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
     DELETE FROM "public"."keycap_pause" WHERE ctid IN (SELECT ctid FROM "public"."keycap_pause" WHERE until <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
     DELETE FROM "public"."keycap_rate"  WHERE ctid IN (SELECT ctid FROM "public"."keycap_rate"  WHERE tat <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
+    DELETE FROM "public"."keycap_ticket" WHERE ctid IN (SELECT ctid FROM "public"."keycap_ticket" WHERE expires_at <= now_ LIMIT 1000 FOR UPDATE SKIP LOCKED);
+$$;
+
+-- fill: hand pool p's free slots to the oldest live tickets of its line, as
+-- leases expiring after each ticket's claim window, and announce the owners
+-- served. m NULL: the max of the newest ticket. The caller holds the
+-- pool's lock and has dropped its expired leases.
+CREATE OR REPLACE FUNCTION "public"."keycap_fill"(p bytea, m integer, now_ timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    room integer;
+    t record;
+    served bytea := ''::bytea;
+BEGIN
+    DELETE FROM "public"."keycap_ticket" WHERE pool = p AND expires_at <= now_;
+    IF m IS NULL THEN
+        SELECT tk.max_ INTO m FROM "public"."keycap_ticket" tk WHERE tk.pool = p ORDER BY tk.arrival DESC LIMIT 1;
+        IF m IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    SELECT greatest(m - count(*), 0) INTO room FROM "public"."keycap_lease" WHERE pool = p;
+    IF room = 0 THEN
+        RETURN;
+    END IF;
+    FOR t IN SELECT tk.owner, tk.claim_ms FROM "public"."keycap_ticket" tk WHERE tk.pool = p ORDER BY tk.arrival LIMIT room LOOP
+        DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = t.owner;
+        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, t.owner, now_ + t.claim_ms * interval '1 millisecond')
+            ON CONFLICT ON CONSTRAINT "keycap_lease_pkey" DO NOTHING;
+        served := served || t.owner;
+    END LOOP;
+    IF length(served) > 3900 THEN
+        PERFORM pg_notify('public_keycap_wake', encode(p, 'hex')); -- too many to name: everyone looks
+    ELSIF length(served) > 0 THEN
+        PERFORM pg_notify('public_keycap_wake', encode(p, 'hex') || ':' || encode(served, 'hex'));
+    END IF;
+END
 $$;
 
 -- acquire: grant owner a lease on pool, expiring ttl_ms from now, if it holds
--- one already or the pool holds fewer than max_ unexpired leases.
+-- one already (a slot handed to its ticket included) or the pool holds fewer
+-- than max_ unexpired leases and nobody waits in its line.
 CREATE OR REPLACE FUNCTION "public"."keycap_acquire"(p bytea, o bytea, max_ integer, ttl_ms bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     now_ timestamptz;
     held integer;
+    waiting boolean;
 BEGIN
     PERFORM "public"."keycap_lock"(p);
     now_ := clock_timestamp();
     DELETE FROM "public"."keycap_lease" WHERE pool = p AND expires_at <= now_;
+    waiting := EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p);
+    IF waiting THEN
+        PERFORM "public"."keycap_fill"(p, max_, now_);
+        waiting := EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p);
+    END IF;
     UPDATE "public"."keycap_lease" SET expires_at = now_ + ttl_ms * interval '1 millisecond'
         WHERE pool = p AND owner = o;
     IF FOUND THEN
         RETURN true;
+    END IF;
+    IF waiting THEN
+        RETURN false;
     END IF;
     SELECT count(*) INTO held FROM "public"."keycap_lease" WHERE pool = p;
     IF held >= max_ THEN
@@ -87,6 +153,67 @@ BEGIN
         PERFORM "public"."keycap_sweep"(now_);
     END IF;
     RETURN true;
+END
+$$;
+
+-- queue: acquire for a caller willing to wait: when refused, owner holds a
+-- ticket in the line (keeping its place if it had one), expiring tttl_ms
+-- from now. Returns whether owner holds a lease, and when not how many
+-- tickets wait before its own.
+CREATE OR REPLACE FUNCTION "public"."keycap_queue"(p bytea, o bytea, m integer, ttl_ms bigint, tttl_ms bigint, claim bigint,
+    OUT granted boolean, OUT ahead integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz;
+    mine bigint;
+BEGIN
+    PERFORM "public"."keycap_lock"(p);
+    now_ := clock_timestamp();
+    DELETE FROM "public"."keycap_lease" WHERE pool = p AND expires_at <= now_;
+    PERFORM "public"."keycap_fill"(p, m, now_);
+    ahead := 0;
+    UPDATE "public"."keycap_lease" SET expires_at = now_ + ttl_ms * interval '1 millisecond'
+        WHERE pool = p AND owner = o;
+    IF FOUND THEN
+        DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = o;
+        granted := true;
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p)
+        AND (SELECT count(*) FROM "public"."keycap_lease" WHERE pool = p) < m THEN
+        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, o, now_ + ttl_ms * interval '1 millisecond');
+        granted := true;
+        RETURN;
+    END IF;
+    INSERT INTO "public"."keycap_ticket" (pool, owner, arrival, expires_at, claim_ms, max_)
+        VALUES (p, o, nextval('"public"."keycap_ticket_arrival"'), now_ + tttl_ms * interval '1 millisecond', claim, m)
+        ON CONFLICT ON CONSTRAINT "keycap_ticket_pkey" DO UPDATE
+        SET expires_at = excluded.expires_at, claim_ms = excluded.claim_ms, max_ = excluded.max_
+        RETURNING arrival INTO mine;
+    SELECT count(*) INTO ahead FROM "public"."keycap_ticket" WHERE pool = p AND arrival < mine;
+    granted := false;
+END
+$$;
+
+-- release: free owner's lease in pool (with leave, take its ticket out of
+-- the line too), and hand the slot to the line.
+CREATE OR REPLACE FUNCTION "public"."keycap_release"(p bytea, o bytea, leave boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz;
+BEGIN
+    PERFORM "public"."keycap_lock"(p);
+    DELETE FROM "public"."keycap_lease" WHERE pool = p AND owner = o;
+    IF leave THEN
+        DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = o;
+    END IF;
+    IF EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p) THEN
+        now_ := clock_timestamp();
+        DELETE FROM "public"."keycap_lease" WHERE pool = p AND expires_at <= now_;
+        PERFORM "public"."keycap_fill"(p, NULL, now_);
+    END IF;
 END
 $$;
 
@@ -208,4 +335,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO "public"."keycap_migration" (version) VALUES (1) ON CONFLICT DO NOTHING;
+INSERT INTO "public"."keycap_migration" (version) VALUES (1), (2) ON CONFLICT DO NOTHING;

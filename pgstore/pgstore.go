@@ -55,7 +55,7 @@ var migrationTmpl string
 var migration = template.Must(template.New("migration").Parse(migrationTmpl))
 
 // Version is the version of the schema this package installs.
-const Version = 1
+const Version = 2
 
 // Defaults.
 const (
@@ -70,6 +70,7 @@ type Store struct {
 	names   names
 	timeout time.Duration
 	sql     map[string]string
+	hub     hub // Notify's listener
 }
 
 var (
@@ -78,6 +79,9 @@ var (
 	_ keycap.Pauser = (*Store)(nil)
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
+	_ keycap.Liner  = (*Store)(nil)
+
+	_ keycap.Notifier = (*Store)(nil)
 )
 
 // An Option configures a Store, Migrate and SQL.
@@ -120,6 +124,8 @@ func configure(opts []Option) (config, error) {
 		return config{}, fmt.Errorf("pgstore: invalid prefix %q: letters, digits and underscores, not starting with a digit", c.prefix)
 	case c.timeout <= 0:
 		return config{}, fmt.Errorf("pgstore: invalid timeout %s: must be positive", c.timeout)
+	case len(names{c.schema, c.prefix}.channel()) > 63:
+		return config{}, fmt.Errorf("pgstore: schema %q and prefix %q make a notification channel longer than PostgreSQL's 63 bytes", c.schema, c.prefix)
 	}
 	return c, nil
 }
@@ -129,6 +135,19 @@ type names struct{ Schema, Prefix string }
 
 // T returns the qualified, quoted name of table t.
 func (n names) T(t string) string { return pgx.Identifier{n.Schema, n.Prefix + t}.Sanitize() }
+
+// Seq returns the qualified, quoted name of sequence q, as a string literal's
+// content (for nextval).
+func (n names) Seq(q string) string { return strings.ReplaceAll(n.T(q), "'", "''") }
+
+// channel returns the NOTIFY channel of the store's handoffs.
+func (n names) channel() string { return n.Schema + "_" + n.Prefix + "wake" }
+
+// Channel returns the channel as an identifier, for LISTEN.
+func (n names) Channel() string { return pgx.Identifier{n.channel()}.Sanitize() }
+
+// ChannelLiteral returns the channel as a string literal, for pg_notify.
+func (n names) ChannelLiteral() string { return "'" + n.channel() + "'" }
 
 // F returns the qualified, quoted name of function f.
 func (n names) F(f string) string { return n.T(f) }
@@ -176,9 +195,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	n := names{c.schema, c.prefix}
-	s := &Store{pool: pool, names: n, timeout: c.timeout, sql: map[string]string{
+	s := &Store{pool: pool, names: n, timeout: c.timeout, hub: hub{channel: n.Channel()}, sql: map[string]string{
 		"acquire": "SELECT " + n.F("acquire") + "($1, $2, $3, $4)",
-		"release": "DELETE FROM " + n.T("lease") + " WHERE pool = $1 AND owner = $2",
+		"release": "SELECT " + n.F("release") + "($1, $2, $3)",
+		"queue":   "SELECT granted, ahead FROM " + n.F("queue") + "($1, $2, $3, $4, $5, $6)",
 		"renew":   "SELECT * FROM " + n.F("renew") + "($1, $2, $3)",
 		"sync":    "SELECT pool, removed FROM " + n.F("sync") + "($1, $2, $3, $4)",
 		"mark":    "SELECT age_ms, started FROM " + n.F("mark") + "($1, $2)",
@@ -215,14 +235,37 @@ func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 	return ok, nil
 }
 
-// Release implements keycap.Store: one DELETE.
+// Release implements keycap.Store: one function call, which hands the slot
+// to the pool's line if anyone waits.
 func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+	return s.release(ctx, "release", pool, owner, false)
+}
+
+func (s *Store) release(ctx context.Context, op string, pool keycap.PoolID, owner keycap.Owner, leave bool) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, s.sql["release"], pool[:], owner[:]); err != nil {
-		return wrap("release", err)
+	if _, err := s.pool.Exec(ctx, s.sql["release"], pool[:], owner[:], leave); err != nil {
+		return wrap(op, err)
 	}
 	return nil
+}
+
+// Queue implements keycap.Liner: one function call, which grants, or
+// refuses and queues.
+func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var granted bool
+	var ahead int
+	if err := s.pool.QueryRow(ctx, s.sql["queue"], pool[:], owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim)).Scan(&granted, &ahead); err != nil {
+		return false, 0, wrap("queue", err)
+	}
+	return granted, ahead, nil
+}
+
+// Dequeue implements keycap.Liner: one function call.
+func (s *Store) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+	return s.release(ctx, "dequeue", pool, owner, true)
 }
 
 // Renew implements keycap.Store: one function call for the whole batch.

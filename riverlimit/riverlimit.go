@@ -190,30 +190,31 @@ func (m *middleware) retrier(ctx context.Context) Retrier {
 
 // wake makes the snoozed job id available now, once River has recorded the
 // snooze of the attempt that parked it (attempted then): while that attempt
-// still shows as running, it looks again every 10 ms, until ctx ends. A job
-// in any other state (completed, cancelled, running again) is left alone,
-// so that a wake-up that comes late never runs a job twice.
+// still shows as running, or the database fails, it looks again every 10 ms,
+// until ctx ends. A job in any other state (completed, cancelled, running
+// again) is left alone, so that a wake-up that comes late never runs a job twice.
 func wake(ctx context.Context, c Retrier, id int64, attempted *time.Time) error {
 	for {
 		row, err := c.JobGet(ctx, id)
-		if errors.Is(err, river.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
 		switch {
+		case errors.Is(err, river.ErrNotFound):
+			return nil
+		case err != nil:
+			// The database is busy or failing over: try again while the
+			// slot stays reserved (ctx).
 		case row.State == rivertype.JobStateScheduled:
-			_, err := c.JobRetry(ctx, id)
-			return err
-		case row.State == rivertype.JobStateRunning && sameTime(row.AttemptedAt, attempted):
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
+			if _, err = c.JobRetry(ctx, id); err == nil {
+				return nil
 			}
+		case row.State == rivertype.JobStateRunning && sameTime(row.AttemptedAt, attempted):
+			// River has not recorded the snooze yet.
 		default:
 			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

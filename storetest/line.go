@@ -291,7 +291,8 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for ci := range clients {
-		s := open().(keycap.Liner)
+		st := open()
+		s := st.(keycap.Liner)
 		for g := range perClient {
 			wg.Add(1)
 			go func() {
@@ -314,7 +315,6 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 					}
 					if c.Err() != nil {
 						_ = s.Dequeue(context.Background(), p, o)
-						_ = open().Release(context.Background(), p, o)
 						return
 					}
 					n := inside.Add(1)
@@ -326,7 +326,7 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 					served[id].Add(1)
 					time.Sleep(time.Millisecond)
 					inside.Add(-1)
-					if err := open().Release(context.Background(), p, o); err != nil {
+					if err := st.Release(context.Background(), p, o); err != nil {
 						fail(fmt.Errorf("release: %w", err))
 						return
 					}

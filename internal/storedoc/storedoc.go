@@ -28,6 +28,8 @@ var interfaces = map[string]func(keycap.Store) bool{
 	"Pacer":       func(s keycap.Store) bool { _, ok := s.(keycap.Pacer); return ok },
 	"Syncer":      func(s keycap.Store) bool { _, ok := s.(keycap.Syncer); return ok },
 	"Partitioner": func(s keycap.Store) bool { _, ok := s.(keycap.Partitioner); return ok },
+	"Liner":       func(s keycap.Store) bool { _, ok := s.(keycap.Liner); return ok },
+	"Notifier":    func(s keycap.Store) bool { _, ok := s.(keycap.Notifier); return ok },
 }
 
 var implementedBy = regexp.MustCompile(`Implemented by ([a-z, ]+?)(?:;|\.)`)
