@@ -379,7 +379,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 // queries.
 func (s *Store) Tables() []string {
 	var out []string
-	for _, t := range []string{"lease", "mark", "pause", "rate"} {
+	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket"} {
 		out = append(out, strings.Trim(s.names.T(t), " "))
 	}
 	return out
