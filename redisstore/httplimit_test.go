@@ -255,3 +255,78 @@ func TestRedisOutageMidLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitersServedInArrivalOrderAcrossServers: requests that may wait
+// (.Wait) for one user's single slot arrive in turn at two servers sharing
+// Redis; each is served in the order it arrived, whichever server it is on
+// and whichever server frees the slot.
+func TestWaitersServedInArrivalOrderAcrossServers(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.Prefix(t, testenv.Redis(t))
+	gate := testkit.NewGate()
+	defer gate.Open()
+	var mu sync.Mutex
+	var order []string
+	work := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			gate.Wait(30 * time.Second)
+		}
+		mu.Lock()
+		order = append(order, r.Header.Get("X-Nth"))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	})
+	register := func(ls *httplimit.Limiters) {
+		_ = ls.For("api", func(r *http.Request) httplimit.Rule {
+			return httplimit.Max(1).By("user:42").Wait(20 * time.Second)
+		})
+	}
+	servers := []*instance{
+		newInstance(t, testenv.Redis(t), prefix, register, work, "api"),
+		newInstance(t, testenv.Redis(t), prefix, register, work, "api"),
+	}
+	c := testenv.Redis(t)
+	store := newStore(t, c, prefix)
+	line, _ := store.LineKeys(keycap.NewPoolID("api", "user:42"))
+	hc := client(16)
+	get := func(srv *instance, nth string, hold bool, done chan<- error) {
+		r, _ := http.NewRequest(http.MethodGet, srv.srv.URL+"/api", nil)
+		r.Header.Set("X-Nth", nth)
+		if hold {
+			r.Header.Set("X-Hold", "1")
+		}
+		resp, err := hc.Do(r)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("request %s: status %d", nth, resp.StatusCode)
+			}
+		}
+		done <- err
+	}
+	done := make(chan error, 8)
+	go get(servers[0], "holder", true, done)
+	testkit.WaitUntil(t, 10*time.Second, "the holder to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 0 && servers[0].rec.Count(keycap.SlotAcquired, "api") == 1
+	})
+	const waiters = 6
+	for i := range waiters {
+		go get(servers[i%2], fmt.Sprint(i), false, done)
+		testkit.WaitUntil(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), func() bool {
+			return c.ZCard(context.Background(), line).Val() == int64(i+1)
+		})
+	}
+	gate.Open()
+	for range waiters + 1 {
+		if err := testkit.Recv(t, done, 20*time.Second, "a request"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"holder", "0", "1", "2", "3", "4", "5"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("served in order %v, want %v", order, want)
+	}
+}

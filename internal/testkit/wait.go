@@ -128,3 +128,17 @@ func ownGoroutines() []string {
 	}
 	return own
 }
+
+// WaitUntil polls cond every 5 ms until it holds, or fails t within d naming
+// what it waited for: for a state that gives no signal to wait on (a key in
+// a store, a count in another process).
+func WaitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
