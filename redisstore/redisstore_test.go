@@ -86,6 +86,12 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			if err := s.Renew(ctx, []keycap.Renewal{{Pool: p0, Owner: o0, TTL: time.Second}}); err != nil {
 				t.Fatal(err)
 			}
+			if _, _, err := s.Queue(ctx, p0, keycap.NewOwner(), 1, time.Second, keycap.Ticket{TTL: time.Second, Claim: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, p0, o0); err != nil {
+				t.Fatal(err)
+			}
 			rt := testenv.CountRoundTrips(c)
 			measure := func(what string, max int, fn func()) {
 				t.Helper()
@@ -117,6 +123,34 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 				}
 				measure(fmt.Sprintf("renew of %d leases", max), max, func() {
 					if err := s.Renew(ctx, batch); err != nil {
+						t.Fatal(err)
+					}
+				})
+				// Waiting: a refusal takes a ticket in the same round trip, a
+				// release hands the slot to it, and the waiter claims it.
+				w, tk := keycap.NewOwner(), keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
+				measure("queue (refused: a ticket)", max, func() {
+					if ok, _, err := s.Queue(ctx, p, w, max, time.Minute, tk); ok || err != nil {
+						t.Fatalf("queue: %v %v", ok, err)
+					}
+				})
+				measure("release (handed to the ticket)", max, func() {
+					if err := s.Release(ctx, p, owners[0]); err != nil {
+						t.Fatal(err)
+					}
+				})
+				measure("queue (claims the handoff)", max, func() {
+					if ok, _, err := s.Queue(ctx, p, w, max, time.Minute, tk); !ok || err != nil {
+						t.Fatalf("claim: %v %v", ok, err)
+					}
+				})
+				owners[0] = w
+				w2 := keycap.NewOwner()
+				if ok, _, err := s.Queue(ctx, p, w2, max, time.Minute, tk); ok || err != nil {
+					t.Fatalf("queue: %v %v", ok, err)
+				}
+				measure("dequeue", max, func() {
+					if err := s.Dequeue(ctx, p, w2); err != nil {
 						t.Fatal(err)
 					}
 				})
