@@ -685,7 +685,7 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 	// Under load from several clients: over one second, at most the burst
 	// plus the rate's events.
 	load := keycap.NewPoolID("storetest-pace", "load")
-	var allowed atomic.Int64
+	var allowed, last atomic.Int64 // last: the latest call's start, since start
 	stop := time.Now().Add(time.Second)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -693,7 +693,13 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 		p := open().(keycap.Pacer)
 		for range 4 {
 			wg.Go(func() {
-				for time.Now().Before(stop) {
+				for now := time.Now(); now.Before(stop); now = time.Now() {
+					for at := int64(now.Sub(start)); ; {
+						old := last.Load()
+						if at <= old || last.CompareAndSwap(old, at) {
+							break
+						}
+					}
 					d, err := p.Pace(context.Background(), load, rate)
 					if err != nil {
 						t.Error(err)
@@ -707,10 +713,15 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 		}
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	// Counted up to the last call made, not to when the slowest call
+	// returned: on a loaded machine that can be much later.
+	elapsed := time.Duration(last.Load())
 	limit := int64(rate.Burst) + int64(elapsed/(rate.Period/time.Duration(rate.Events))) + 1
-	if n := allowed.Load(); n > limit || n < limit-3 {
-		t.Fatalf("%d events allowed in %s, want about %d (burst %d + %d/s)", n, elapsed, limit, rate.Burst, rate.Events)
+	// Never more than the rate allows; and, lest the store refuse
+	// everything, at least half of it (fewer only on a machine so loaded
+	// that the 16 callers together call less than the rate).
+	if n := allowed.Load(); n > limit || n < limit/2 {
+		t.Fatalf("%d events allowed in %s, want at most %d and about that many (burst %d + %d/s)", n, elapsed, limit, rate.Burst, rate.Events)
 	}
 }
 
