@@ -122,7 +122,9 @@ func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, 
 	}
 	ok, granted := pl.acquire(owner, max, now, now+ttl)
 	sh.mu.Unlock()
-	s.hub.notify(p, granted)
+	if granted != nil {
+		s.hub.notify(p, granted)
+	}
 	return ok, nil
 }
 
@@ -135,10 +137,16 @@ func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) 
 		if i := pl.find(owner); i >= 0 {
 			pl.remove(i)
 		}
-		granted = pl.fill(s.clock())
+		if len(pl.line) > 0 { // only then is the clock read
+			now := s.clock()
+			pl.expire(now)
+			granted = pl.fill(now)
+		}
 	}
 	sh.mu.Unlock()
-	s.hub.notify(p, granted)
+	if granted != nil {
+		s.hub.notify(p, granted)
+	}
 	return nil
 }
 
@@ -175,7 +183,11 @@ func (s *Store) Dequeue(_ context.Context, p keycap.PoolID, owner keycap.Owner) 
 		if i := pl.find(owner); i >= 0 {
 			pl.remove(i)
 		}
-		granted = pl.fill(s.clock())
+		if len(pl.line) > 0 {
+			now := s.clock()
+			pl.expire(now)
+			granted = pl.fill(now)
+		}
 	}
 	sh.mu.Unlock()
 	s.hub.notify(p, granted)
@@ -305,14 +317,32 @@ func (s *Store) Pools() int {
 // to its ticket included) or the pool has room and no line. It returns the
 // owners of the tickets it handed a slot.
 func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration) (bool, []keycap.Owner) {
-	pl.max = max
-	pl.expire(now)
-	granted := pl.fill(now)
-	if i := pl.find(owner); i >= 0 {
-		pl.leases[i].expires = expires
-		return true, granted
+	if pl.max != max {
+		pl.max = max
 	}
-	if len(pl.line) == 0 && len(pl.leases) < max {
+	// One pass drops the expired leases and finds owner's: the common path.
+	live := pl.leases[:0]
+	held := -1
+	for _, l := range pl.leases {
+		if l.expires > now {
+			if l.owner == owner {
+				held = len(live)
+			}
+			live = append(live, l)
+		}
+	}
+	clear(pl.leases[len(live):])
+	pl.leases = live
+	var granted []keycap.Owner
+	if len(pl.line) > 0 {
+		granted = pl.fill(now)
+		held = pl.find(owner)
+	}
+	switch {
+	case held >= 0:
+		pl.leases[held].expires = expires
+		return true, granted
+	case len(pl.line) == 0 && len(pl.leases) < max:
 		pl.leases = append(pl.leases, lease{owner: owner, expires: expires})
 		return true, granted
 	}
@@ -332,12 +362,12 @@ func (pl *pool) expire(now time.Duration) {
 }
 
 // fill hands the pool's free slots to the tickets at the head of its line,
-// dropping the expired tickets it meets, and returns their owners.
+// dropping the expired tickets it meets, and returns their owners. The
+// caller has dropped the expired leases.
 func (pl *pool) fill(now time.Duration) []keycap.Owner {
 	if len(pl.line) == 0 {
 		return nil
 	}
-	pl.expire(now)
 	var granted []keycap.Owner
 	n := 0
 	for n < len(pl.line) && len(pl.leases) < pl.max {
