@@ -43,7 +43,13 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 	})
 	wake := make(chan struct{}, 1)
 	w := signal(wake)
-	notified := l.lines.watch(ctx, ls, w)
+	// Where this Limiter already watches the pool's line, the waiter joins
+	// before its first try. Elsewhere the first try goes alone, so that a
+	// caller served at once costs no subscription; a refused one subscribes
+	// and then tries again at once, which claims a slot handed to it before
+	// the subscription began.
+	notified := l.lines.watchReady(ls, w)
+	subscribe := !notified && l.notifier != nil
 	defer l.lines.unwatch(ls, w)
 
 	var timer *time.Timer
@@ -66,6 +72,12 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		if refused < 0 {
 			l.admit(ls, now-start)
 			return ls, nil
+		}
+		if subscribe {
+			subscribe = false
+			notified = l.lines.watch(ctx, ls, w)
+			now = l.now()
+			continue
 		}
 		waited := l.now() - start
 		if waited >= wait && park != nil && left > 0 {
@@ -398,6 +410,41 @@ func (ls *lines) watch(ctx context.Context, lease *Lease, w *lineWaiter) bool {
 		if !ls.watchPool(ctx, lease.slots[i].limit, lease.owner, w) {
 			all = false
 		}
+	}
+	return all
+}
+
+// watchReady subscribes lease's owner to the pools whose lines this
+// Limiter already watches, at no cost, and reports whether that is all of
+// them.
+func (ls *lines) watchReady(lease *Lease, w *lineWaiter) bool {
+	if ls.l.notifier == nil {
+		return false
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	all := !ls.closed
+	for i := range lease.slots {
+		ln := ls.pools[lease.slots[i].limit.pool]
+		if ln == nil {
+			all = false
+			continue
+		}
+		select {
+		case <-ln.ready:
+			if ln.err != nil {
+				all = false
+				continue
+			}
+		default:
+			all = false
+			continue
+		}
+		if ln.idle != nil {
+			ln.idle.Stop()
+			ln.idle = nil
+		}
+		ln.waiters[lease.owner] = w
 	}
 	return all
 }

@@ -16,11 +16,14 @@ import (
 	"github.com/keycap/keycap/memstore"
 )
 
-// lineStore is a memstore that says when a caller queued, and can fail.
+// lineStore is a memstore that says when a caller first queued, and can
+// fail.
 type lineStore struct {
 	*memstore.Store
-	queued chan keycap.Owner // each refused Queue, if not nil
+	queued chan keycap.Owner // each owner's first refused Queue, if not nil
 	fail   atomic.Bool
+	mu     sync.Mutex
+	seen   map[keycap.Owner]bool
 }
 
 var errLineDown = errors.New("line store down")
@@ -31,9 +34,18 @@ func (s *lineStore) Queue(ctx context.Context, p keycap.PoolID, o keycap.Owner, 
 	}
 	ok, ahead, err := s.Store.Queue(ctx, p, o, max, ttl, tk)
 	if !ok && s.queued != nil {
-		select {
-		case s.queued <- o:
-		default:
+		s.mu.Lock()
+		first := !s.seen[o]
+		if s.seen == nil {
+			s.seen = make(map[keycap.Owner]bool)
+		}
+		s.seen[o] = true
+		s.mu.Unlock()
+		if first {
+			select {
+			case s.queued <- o:
+			default:
+			}
 		}
 	}
 	return ok, ahead, err
