@@ -86,12 +86,20 @@ cluster_up() {
     fi
     die "port $CPORT answers but is not a healthy cluster; stop it or set KEYCAP_CLUSTER_PORT"
   fi
-  local p addrs=()
+  local p addrs=() bus=()
+  # Redis 7 lets the cluster bus have a port of its own: the default, the
+  # node's port + 10000, lies in Linux's ephemeral range (32768-60999), where
+  # any outgoing connection may hold it. Below it, it does not.
+  if redis-server --version | grep -q 'v=[7-9]'; then
+    bus=(--cluster-port)
+  fi
+  mkdir -p "$DIR/cluster"
+  touch "$DIR/cluster/started-by-us" # so that down stops a half-started cluster
   for p in $(seq "$CPORT" $((CPORT + 5))); do
     rping 127.0.0.1 "$p" && die "port $p is taken; set KEYCAP_CLUSTER_PORT"
     mkdir -p "$DIR/cluster/$p"
     rm -f "$DIR/cluster/$p/nodes.conf"
-    redis-server --daemonize yes --bind 127.0.0.1 --port "$p" \
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$p" ${bus:+"${bus[@]}" $((p > 20000 ? p - 10000 : p + 10000))} \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
       --save "" --appendonly no --dir "$DIR/cluster/$p" \
       --pidfile "$DIR/cluster/$p/redis.pid" --logfile "$DIR/cluster/$p/redis.log"
@@ -104,7 +112,6 @@ cluster_up() {
   redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$DIR/cluster/create.log" 2>&1 \
     || die "redis-cli --cluster create failed (see $DIR/cluster/create.log)"
   wait_for 30 cluster_ok || die "cluster did not become ready"
-  touch "$DIR/cluster/started-by-us"
 }
 
 sentinel_ok() {

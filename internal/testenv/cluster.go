@@ -24,8 +24,9 @@ import (
 type Cluster struct {
 	t     testing.TB
 	dir   string
-	Addrs []string // every node, masters first as created
-	procs []*exec.Cmd
+	Addrs    []string // every node, masters first as created
+	busPorts []string // each node's cluster bus
+	procs    []*exec.Cmd
 }
 
 // StartCluster starts a cluster for t and stops it when t ends. It needs
@@ -38,12 +39,24 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 	}
 	c := &Cluster{t: t, dir: t.TempDir()}
-	for range 6 {
+	// Each node's cluster bus gets a free port of its own too: the default,
+	// the node's port + 10000, can be taken or, for a port above 55535, not
+	// exist.
+	var ls []net.Listener
+	for range 12 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Addrs = append(c.Addrs, l.Addr().String())
+		ls = append(ls, l)
+	}
+	for i, l := range ls {
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		if i < 6 {
+			c.Addrs = append(c.Addrs, l.Addr().String())
+		} else {
+			c.busPorts = append(c.busPorts, port)
+		}
 		_ = l.Close()
 	}
 	c.procs = make([]*exec.Cmd, len(c.Addrs))
@@ -88,7 +101,7 @@ func (c *Cluster) Start(i int) {
 	_, port, _ := net.SplitHostPort(c.Addrs[i])
 	dir := filepath.Join(c.dir, port)
 	_ = os.MkdirAll(dir, 0o755)
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port,
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--cluster-port", c.busPorts[i],
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
 		"--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "no",
 		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
