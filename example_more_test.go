@@ -11,8 +11,9 @@ import (
 )
 
 // A limit that waits: a second render of the same document queues behind the
-// first for up to 5 s instead of being refused. It is woken as soon as the
-// slot is released through this Limiter.
+// first for up to 5 s instead of being refused. It takes a place in the
+// pool's line and is handed the slot the moment it is released, on any
+// server sharing the store.
 func ExampleWithWait() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
@@ -88,4 +89,38 @@ func ExampleWithFailMode() {
 	// fail open: <nil> guarded: false
 	// fail closed: true
 	// outages reported: 1
+}
+
+// A caller that cannot wait in place (a job going back to its queue) parks:
+// its place in the line is kept, and it is woken when a slot is handed to
+// it; its next attempt, with the same owner, claims the slot.
+func ExampleLimiter_AcquireOrPark() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	limit := keycap.MustLimit("export", "customer:7", 1)
+	ctx := context.Background()
+
+	running, _ := limiter.Acquire(ctx, limit) // another job holds the slot
+
+	woken := make(chan struct{}, 1)
+	parking := keycap.Parking{
+		Owner: keycap.OwnerFor("job 42"), // the same on each attempt
+		For:   time.Minute,               // the job's fallback delay
+		Claim: 10 * time.Second,          // time to come back once woken
+		Wake:  func() { woken <- struct{}{} },
+	}
+	_, err := limiter.AcquireOrPark(ctx, parking, limit)
+	var le *keycap.LimitError
+	fmt.Println("parked:", errors.As(err, &le) && le.Parked)
+
+	running.Release() // the slot goes to the parked job's ticket
+	<-woken
+	fmt.Println("woken")
+	lease, err := limiter.AcquireOrPark(ctx, parking, limit)
+	fmt.Println("claimed the slot:", err == nil)
+	lease.Release()
+	// Output:
+	// parked: true
+	// woken
+	// claimed the slot: true
 }
