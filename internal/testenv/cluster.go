@@ -22,8 +22,8 @@ import (
 // may break (kill a master, make it hang) without disturbing the shared
 // cluster other tests use.
 type Cluster struct {
-	t     testing.TB
-	dir   string
+	t        testing.TB
+	dir      string
 	Addrs    []string // every node, masters first as created
 	busPorts []string // each node's cluster bus
 	procs    []*exec.Cmd
