@@ -72,10 +72,6 @@ func keyRule(_ context.Context, t *asynq.Task) (joblimit.Rule, bool) {
 		joblimit.WithReleaseAfter(30*time.Millisecond), joblimit.WithJitter(30*time.Millisecond)), true
 }
 
-func newServer(t *testing.T, q string, jobs *joblimit.Limiter, h asynq.HandlerFunc, concurrency int, opts ...asynqlimit.Option) *asynq.Server {
-	return newServerRule(t, q, jobs, keyRule, h, concurrency, opts...)
-}
-
 func newServerRule(t *testing.T, q string, jobs *joblimit.Limiter, rule func(context.Context, *asynq.Task) (joblimit.Rule, bool), h asynq.HandlerFunc, concurrency int, opts ...asynqlimit.Option) *asynq.Server {
 	t.Helper()
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: testenv.RedisAddr()}, asynq.Config{
