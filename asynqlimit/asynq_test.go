@@ -175,10 +175,16 @@ func twoServers(t *testing.T, parked bool) {
 	}
 	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 	defer insp.Close()
-	info, err := insp.GetQueueInfo(q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// asynq counts a task processed after its handler returned, a moment
+	// after the handler told the test it ran.
+	var info *asynq.QueueInfo
+	testkit.WaitUntil(t, 10*time.Second, "asynq to count every task processed", func() bool {
+		var err error
+		if info, err = insp.GetQueueInfo(q); err != nil {
+			t.Fatal(err)
+		}
+		return info.Processed >= tasks
+	})
 	t.Logf("queue stats: processed %d, failed %d, retry %d, archived %d", info.Processed, info.Failed, info.Retry, info.Archived)
 	if info.Failed != 0 || info.Archived != 0 {
 		t.Fatalf("asynq counted %d failures and %d archived tasks; releases must count none", info.Failed, info.Archived)
