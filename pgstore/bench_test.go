@@ -47,6 +47,11 @@ func BenchmarkRoundTrips(b *testing.B) {
 		{"acquire", func() error { _, err := s.Acquire(ctx, free, o, 5, time.Minute); return err }},
 		{"reject", func() error { _, err := s.Acquire(ctx, full, keycap.NewOwner(), 5, time.Minute); return err }},
 		{"release", func() error { return s.Release(ctx, free, o) }},
+		{"queue-refused", func() error {
+			_, _, err := s.Queue(ctx, full, keycap.NewOwner(), 5, time.Minute, keycap.Ticket{TTL: time.Minute, Claim: time.Second})
+			return err
+		}},
+		{"dequeue", func() error { return s.Dequeue(ctx, full, keycap.NewOwner()) }},
 		{"renew-100", func() error { return s.Renew(ctx, batch) }},
 		{"sync-100-pools", func() error { return s.Sync(ctx, node, time.Minute, sync) }},
 		{"mark", func() error { _, _, err := s.Mark(ctx, free, time.Minute); return err }},
