@@ -3,11 +3,13 @@ package keycap_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
 
@@ -176,5 +178,29 @@ func TestFailedReleasesAreRetried(t *testing.T) {
 			t.Fatalf("the slot whose release failed is still held 5 s after the store came back (TTL 1 h): %v", err)
 		}
 		time.Sleep(20 * time.Millisecond) // the retry runs on its own schedule
+	}
+}
+
+// A store that fails at once is a store failure, not a budget overrun: the
+// event carries the store's own error, and nothing is released behind the
+// caller's back (a background release, meant for a grant that may land
+// after the budget, would free a slot that a heartbeat restored meanwhile).
+func TestFastFailureIsNoBudgetOverrun(t *testing.T) {
+	t.Parallel()
+	s := newFaultStore()
+	s.fail.Store(true)
+	rec := &keycaptest.Recorder{}
+	l, err := keycap.NewLimiter(s, keycap.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, wait := range []time.Duration{0, time.Second} { // a try, and a wait in a line
+		lim := keycap.MustLimit("fast-failure", fmt.Sprint(wait), 1, keycap.WithFailMode(keycap.FailClosed), keycap.WithWait(wait))
+		_, err := l.Acquire(context.Background(), lim)
+		var be *keycap.BudgetError
+		if !errors.Is(err, keycap.ErrStoreUnavailable) || errors.As(err, &be) || !errors.Is(err, errDown) {
+			t.Fatalf("wait %s: %v, want the store's own error, not a budget overrun", wait, err)
+		}
 	}
 }

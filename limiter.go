@@ -323,6 +323,7 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
 		ok, err := l.store.Acquire(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
+		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
 		cancel()
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -332,7 +333,7 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 				l.undo(ls)
 				return nil, ctxErr
 			}
-			if bctx.Err() != nil {
+			if outOfBudget {
 				// Out of budget: the store may still grant the slot; free it
 				// in the background rather than leave it for its TTL.
 				err = &BudgetError{Budget: l.budgetOf(s.limit), Err: err}

@@ -307,6 +307,7 @@ func (l *Limiter) tryLine(ctx context.Context, ls *Lease, order []int, now time.
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
 		ok, _, err := l.liner.Queue(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl, tk)
+		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
 		cancel()
 		if err != nil {
 			s.held = true // the store may have granted it, or queued
@@ -314,7 +315,7 @@ func (l *Limiter) tryLine(ctx context.Context, ls *Lease, order []int, now time.
 				l.leaveLine(ls, i)
 				return 0, ctxErr
 			}
-			if bctx.Err() != nil {
+			if outOfBudget {
 				err = &BudgetError{Budget: l.budgetOf(s.limit), Err: err}
 			}
 			l.storeFailed(s.limit, err)
