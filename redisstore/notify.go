@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,17 +17,18 @@ import (
 // (per slot range on a cluster, since a sharded channel lives on its
 // slot's master), whatever the number of pools and waiters.
 type hub struct {
-	s      *Store
-	mu     sync.Mutex
-	groups map[string]*group
+	s           *Store
+	mu          sync.Mutex
+	groups      map[string]*group
+	unsupported error // Redis refused SSUBSCRIBE (before 7): waiters poll
 }
 
 // group is one pub/sub connection and the channels it carries.
 type group struct {
-	key   string
-	ps    *redis.PubSub
-	chans map[string]*watch
-	done  chan struct{} // closed when run returns
+	key    string
+	ps     *redis.PubSub // replaced when its connection breaks
+	chans  map[string]*watch
+	closed bool
 }
 
 // watch is one channel's watchers, and the callers waiting for Redis to
@@ -60,10 +62,15 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 	h := &s.hub
 	fp := &fn
 	h.mu.Lock()
+	if h.unsupported != nil {
+		err := h.unsupported
+		h.mu.Unlock()
+		return nil, fmt.Errorf("redisstore: notify: %w", err)
+	}
 	g := h.groups[key]
 	fresh := g == nil
 	if fresh {
-		g = &group{key: key, chans: make(map[string]*watch), done: make(chan struct{})}
+		g = &group{key: key, chans: make(map[string]*watch)}
 		h.groups[key] = g
 	}
 	w := g.chans[channel]
@@ -79,11 +86,7 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 		w.pending = append(w.pending, confirmed)
 	}
 	if fresh {
-		if s.cluster != nil {
-			g.ps = s.cluster.SSubscribe(context.Background(), channel)
-		} else {
-			g.ps = s.client.SSubscribe(context.Background(), channel)
-		}
+		g.ps = h.subscribe([]string{channel})
 		go h.run(g)
 	} else if newChannel {
 		if err := g.ps.SSubscribe(context.Background(), channel); err != nil {
@@ -110,57 +113,92 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 	}
 }
 
+// subscribe opens a pub/sub connection for channels, one SSUBSCRIBE each:
+// on a cluster, channels of several hash slots may share a master's
+// connection, but not one command.
+func (h *hub) subscribe(channels []string) *redis.PubSub {
+	var ps *redis.PubSub
+	if h.s.cluster != nil {
+		ps = h.s.cluster.SSubscribe(context.Background(), channels[0])
+	} else {
+		ps = h.s.client.SSubscribe(context.Background(), channels[0])
+	}
+	for _, ch := range channels[1:] {
+		_ = ps.SSubscribe(context.Background(), ch)
+	}
+	return ps
+}
+
 // stop removes one watcher; a channel left without any is unsubscribed
 // from, and a connection left without channels closed.
 func (h *hub) stop(g *group, channel string, fp *func([]keycap.Owner)) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	w := g.chans[channel]
 	if w == nil {
+		h.mu.Unlock()
 		return
 	}
 	delete(w.fns, fp)
 	if len(w.fns) > 0 {
+		h.mu.Unlock()
 		return
 	}
 	delete(g.chans, channel)
+	ps := g.ps
 	if len(g.chans) == 0 {
+		g.closed = true
 		if h.groups[g.key] == g {
 			delete(h.groups, g.key)
 		}
-		_ = g.ps.Close() // ends run
+		h.mu.Unlock()
+		_ = ps.Close() // ends run
 		return
 	}
+	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = g.ps.SUnsubscribe(ctx, channel)
+	_ = ps.SUnsubscribe(ctx, channel)
 }
 
 // run reads g's connection: confirmations, and messages that it hands to
-// the channel's watchers. go-redis reconnects a broken connection and
-// subscribes again; an error that Redis itself sent (no SSUBSCRIBE before
-// Redis 7) fails the callers waiting for a confirmation.
+// the channel's watchers. When the connection breaks it opens a new one
+// and subscribes again channel by channel (go-redis's own reconnection
+// would send them all in one SSUBSCRIBE, which a cluster refuses with
+// CROSSSLOT when they span hash slots), and tells every watcher to look,
+// since handoffs may have been missed meanwhile. A Redis that does not
+// know SSUBSCRIBE fails the callers waiting for a confirmation, and every
+// later Notify.
 func (h *hub) run(g *group) {
-	defer close(g.done)
 	backoff := 10 * time.Millisecond
 	for {
-		msg, err := g.ps.Receive(context.Background())
+		h.mu.Lock()
+		ps, closed := g.ps, g.closed
+		h.mu.Unlock()
+		if closed {
+			return
+		}
+		msg, err := ps.Receive(context.Background())
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) {
+			h.mu.Lock()
+			closed, replaced := g.closed, g.ps != ps
+			h.mu.Unlock()
+			if closed {
 				return
+			}
+			if replaced {
+				continue
 			}
 			var re redis.Error
 			if errors.As(err, &re) {
 				h.failPending(g, err)
-			}
-			h.mu.Lock()
-			gone := len(g.chans) == 0
-			h.mu.Unlock()
-			if gone {
-				return
+				if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+					h.abandon(g, err)
+					return
+				}
 			}
 			time.Sleep(backoff)
 			backoff = min(2*backoff, time.Second)
+			h.rebuild(g, ps)
 			continue
 		}
 		backoff = 10 * time.Millisecond
@@ -173,6 +211,40 @@ func (h *hub) run(g *group) {
 			h.deliver(g, m.Channel, m.Payload)
 		}
 	}
+}
+
+// rebuild replaces g's broken connection old by a new one carrying the
+// same channels, and wakes every watcher.
+func (h *hub) rebuild(g *group, old *redis.PubSub) {
+	h.mu.Lock()
+	if g.closed || g.ps != old || len(g.chans) == 0 {
+		h.mu.Unlock()
+		return
+	}
+	channels := make([]string, 0, len(g.chans))
+	for ch, w := range g.chans {
+		channels = append(channels, ch)
+		w.confirmed = false
+	}
+	g.ps = h.subscribe(channels)
+	h.mu.Unlock()
+	_ = old.Close()
+	for _, ch := range channels {
+		h.deliver(g, ch, "") // no owners named: every waiter looks
+	}
+}
+
+// abandon closes g for good: Redis has no sharded pub/sub.
+func (h *hub) abandon(g *group, err error) {
+	h.mu.Lock()
+	h.unsupported = err
+	g.closed = true
+	if h.groups[g.key] == g {
+		delete(h.groups, g.key)
+	}
+	ps := g.ps
+	h.mu.Unlock()
+	_ = ps.Close()
 }
 
 func (h *hub) confirm(g *group, channel string) {

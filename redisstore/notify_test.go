@@ -1,0 +1,94 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+)
+
+// TestNotificationsSurviveAReconnect: on a cluster, the channels of pools
+// in several hash slots of one master share a connection; when it breaks,
+// the store subscribes again (channel by channel: one SSUBSCRIBE for all
+// would be refused with CROSSSLOT), tells its watchers to look, and later
+// handoffs are notified again.
+func TestNotificationsSurviveAReconnect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.RedisCluster(t)
+	s := newStore(t, c, testenv.Prefix(t, c))
+	var pools []keycap.PoolID
+	master := ""
+	for i := 0; len(pools) < 2; i++ {
+		p := keycap.NewPoolID("reconnect", fmt.Sprint(i))
+		m, err := c.MasterForKey(ctx, s.Channel(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if master == "" || m.Options().Addr == master {
+			master = m.Options().Addr
+			pools = append(pools, p)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Partition(pools[0]) == "" { // the slot ranges, loaded in the background
+		if time.Now().After(deadline) {
+			t.Fatal("slot ranges never loaded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	heard := make(chan []keycap.Owner, 64)
+	for _, p := range pools {
+		stop, err := s.Notify(ctx, p, func(o []keycap.Owner) { heard <- o })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
+	m, _ := c.MasterForKey(ctx, s.Channel(pools[0]))
+	if n, err := m.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n == 0 {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %d, %v", n, err)
+	}
+	// The store tells its watchers to look once it has subscribed again.
+	select {
+	case o := <-heard:
+		if len(o) != 0 {
+			t.Fatalf("after the kill, heard of %v, want a call to look", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchers were never told to look after the reconnect")
+	}
+	tk := keycap.Ticket{TTL: time.Minute, Claim: 10 * time.Second}
+	for attempt := 0; ; attempt++ {
+		a, b := keycap.NewOwner(), keycap.NewOwner()
+		if ok, err := s.Acquire(ctx, pools[0], a, 1, time.Minute); !ok || err != nil {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		if ok, _, err := s.Queue(ctx, pools[0], b, 1, time.Minute, tk); ok || err != nil {
+			t.Fatalf("queue: %v %v", ok, err)
+		}
+		if err := s.Release(ctx, pools[0], a); err != nil {
+			t.Fatal(err)
+		}
+		timeout := time.After(time.Second)
+	wait:
+		for {
+			select {
+			case o := <-heard: // calls to look may come first
+				if len(o) == 1 && o[0] == b {
+					_ = s.Release(ctx, pools[0], b)
+					return
+				}
+			case <-timeout:
+				break wait
+			}
+		}
+		_ = s.Release(ctx, pools[0], b)
+		if attempt == 4 {
+			t.Fatal("handoffs after the reconnect are not notified")
+		}
+	}
+}
