@@ -85,12 +85,13 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			continue
 		}
 		if waited >= wait && park != nil {
-			if l.parkIn(ctx, ls, refused, park, wake) {
+			claim, parked := l.parkIn(ctx, ls, refused, park, wake)
+			if claim {
 				continue // handed a slot meanwhile: claim it
 			}
 			lim := ls.slots[refused].limit
 			l.emit(Event{Kind: LimitExceeded, Limit: lim, Waited: waited})
-			return nil, &LimitError{Limit: lim, Waited: waited, Parked: true}
+			return nil, &LimitError{Limit: lim, Waited: waited, Parked: parked}
 		}
 		if waited >= wait {
 			l.leaveLine(ls, refused)
@@ -186,27 +187,52 @@ func (l *Limiter) AcquireOrPark(ctx context.Context, p Parking, limits ...Limit)
 	return l.waitInLine(ctx, ls, wait, start, &p)
 }
 
-// parkIn parks ls's owner in slot i's line: the slots it holds are
-// released, and the line's handoff now calls p.Wake. It reports true if a
-// slot was handed to the owner before the watch changed hands: the caller
-// claims it.
-func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake <-chan struct{}) bool {
-	for j := range ls.slots {
-		if s := &ls.slots[j]; s.held && j != i {
-			l.releaseLater(s.limit, ls.owner)
-			s.held = false
+// Unpark takes owner out of the lines of limits, where AcquireOrPark
+// parked it, for a caller that will not come back (a job that failed
+// instead): its ticket, and a slot already handed to it, go to the next
+// in line now rather than when they expire. In the background, within the
+// budget.
+func (l *Limiter) Unpark(owner Owner, limits ...Limit) {
+	l.parked.cancel(owner)
+	if l.liner == nil {
+		return
+	}
+	for _, lim := range limits {
+		if lim.valid() {
+			l.dequeueLater(lim, owner)
 		}
 	}
+}
+
+// parkIn parks ls's owner in slot i's line: the line's handoff now calls
+// p.Wake, and the slots ls holds are released. It reports claim when a slot
+// was handed to the owner before the watch changed hands (the caller claims
+// it, its slots still held), and parked when the owner is parked: without a
+// subscription nobody would wake it, so it leaves the line instead.
+func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake <-chan struct{}) (claim, parked bool) {
 	lim := ls.slots[i].limit
 	w := l.parked.add(ls.owner, lim.pool, p)
-	l.lines.watchPool(ctx, lim, ls.owner, w)
+	watched := l.lines.watchPool(ctx, lim, ls.owner, w)
 	select {
 	case <-wake:
 		l.parked.cancel(ls.owner)
-		return true
+		return true, false
 	default:
-		return false
 	}
+	if !watched {
+		l.parked.cancel(ls.owner)
+		l.leaveLine(ls, i)
+		return false, false
+	}
+	// Released before returning: the caller's next attempt, with the same
+	// owner, must not find a release of this one still on its way.
+	for j := range ls.slots {
+		if s := &ls.slots[j]; s.held && j != i {
+			l.releaseSlot(ls.owner, s)
+			s.held = false
+		}
+	}
+	return false, true
 }
 
 // parked holds a Limiter's parked callers, by owner.
@@ -323,7 +349,9 @@ func (l *Limiter) tryLine(ctx context.Context, ls *Lease, order []int, now time.
 				l.leaveLine(ls, i)
 				return 0, &StoreError{Limit: s.limit, Err: err}
 			}
-			l.dequeueLater(s.limit, ls.owner)
+			// A ticket or lease the store may have made expires by itself:
+			// a dequeue sent now could land after this caller's next Queue
+			// of the same pool and undo what that one is granted.
 			s.held = false // runs unguarded for this limit
 			continue
 		}
@@ -470,11 +498,13 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, w *lineW
 		if err != nil && ls.pools[lim.pool] == ln {
 			delete(ls.pools, lim.pool) // the next waiter tries again
 		}
-		if ls.closed && stop != nil {
-			stop()
-		}
+		closed := ls.closed
 		ls.mu.Unlock()
 		close(ln.ready)
+		if closed && stop != nil {
+			stop() // outside the lock: a store's stop may wait for its own callbacks
+			return false
+		}
 		return err == nil
 	}
 	if ln.idle != nil {

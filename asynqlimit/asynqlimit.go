@@ -73,7 +73,8 @@ func Use(pick func(ctx context.Context, t *asynq.Task) (jobtype.Runner, bool), o
 			if c.inspector != nil {
 				queue, _ := asynq.GetQueueName(ctx)
 				id, _ := asynq.GetTaskID(ctx)
-				j.Wake = func(ctx context.Context) error { return wake(ctx, c.inspector, queue, id) }
+				retried, _ := asynq.GetRetryCount(ctx)
+				j.Wake = func(ctx context.Context) error { return wake(ctx, c.inspector, queue, id, retried) }
 			}
 			err := runner.Run(ctx, j, func(ctx context.Context) error { return next.ProcessTask(ctx, t) })
 			return outcome(ctx, err)
@@ -106,7 +107,12 @@ func WithInspector(i TaskRunner) Option { return Option{func(c *config) { c.insp
 // has not returned yet), or Redis fails, it looks again every 10 ms, until
 // ctx ends. A task in any other state (pending, archived, completed, gone) is
 // left alone, so that a wake-up that comes late never runs a task twice.
-func wake(ctx context.Context, ins TaskRunner, queue, id string) error {
+//
+// Only the attempt that was released is woken (retried: its retry count),
+// and only while its retry is more than a second away: a task due sooner is
+// left to asynq, since RunTask would also revive a task that completed or
+// was archived in between.
+func wake(ctx context.Context, ins TaskRunner, queue, id string, retried int) error {
 	for {
 		info, err := ins.GetTaskInfo(queue, id)
 		switch {
@@ -115,6 +121,11 @@ func wake(ctx context.Context, ins TaskRunner, queue, id string) error {
 		case err != nil:
 			// Redis is busy or failing over: try again while the slot
 			// stays reserved (ctx).
+		case info.Retried != retried:
+			return nil // another attempt
+		case (info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled) &&
+			!info.NextProcessAt.After(time.Now().Add(time.Second)):
+			return nil // due anyway
 		case info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled:
 			if err = ins.RunTask(queue, id); err == nil || errors.Is(err, asynq.ErrTaskNotFound) {
 				return nil
@@ -150,7 +161,8 @@ func job(ctx context.Context, t *asynq.Task) jobtype.Job {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	return jobtype.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout}
+	retried, _ := asynq.GetRetryCount(ctx)
+	return jobtype.Job{Kind: t.Type(), ID: "asynq:" + id, Timeout: timeout, Attempt: retried}
 }
 
 // outcome turns a Runner's results into asynq's: a release is returned as

@@ -22,6 +22,7 @@ package joblimit
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/jobtype"
@@ -49,7 +50,13 @@ func New(l *keycap.Limiter) (*Limiter, error) {
 // work does not run, and Run returns a *jobtype.ReleaseError with the delay
 // to wait, a *jobtype.SkipError with WithSkip, or a *jobtype.DeadlineError
 // once the job has waited longer than the rule's deadline. A store failure
-// with a rule that fails open runs work without a slot.
+// with a rule that fails open runs work without a slot. A job whose context
+// ends while it waits for a slot (its worker stopping) is released too.
+//
+// A job with no free slot first waits in the pool's line, holding its
+// worker (WithWaitInPlace); then, when job.Wake is set and the store keeps
+// lines, it is parked: released for the park delay with its ticket kept,
+// and woken (job.Wake) when a slot is handed to it (keycap.Limiter.AcquireOrPark).
 func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work func(context.Context) error) error {
 	pool, key := rule.Pool(job.Kind), rule.Key()
 	opts := []keycap.LimitOption{keycap.WithFamily(keycap.FamilyJob),
@@ -62,10 +69,15 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 		return err
 	}
 	var lease *keycap.Lease
+	var owner keycap.Owner
 	if job.Wake != nil && !rule.noHandoff && !rule.skip {
 		wake := job.Wake
+		// The same for every release of this attempt, so that the one that
+		// comes back claims the slot handed to it; another for a retry or a
+		// rescue, which must not share a live attempt's slot.
+		owner = keycap.OwnerFor(pool + "\x00" + key + "\x00" + job.ID + "\x00" + strconv.Itoa(job.Attempt))
 		lease, err = jl.l.AcquireOrPark(ctx, keycap.Parking{
-			Owner: keycap.OwnerFor(pool + "\x00" + key + "\x00" + job.ID),
+			Owner: owner,
 			For:   rule.parkFor + JobClaim, // outlives the job's fallback delay
 			Claim: JobClaim,
 			Wake: func() {
@@ -81,11 +93,21 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 		defer lease.Release()
 		return work(ctx)
 	}
-	if !errors.Is(err, keycap.ErrLimitExceeded) && !errors.Is(err, keycap.ErrStoreUnavailable) {
-		return err // the context ended, or the limit is invalid
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The worker is stopping while the job waited for a slot: the job
+		// goes back to the queue, as if refused, spending no attempt.
+		return &jobtype.ReleaseError{By: pool, Key: key, Delay: rule.delay(), Err: err}
 	}
+	if !errors.Is(err, keycap.ErrLimitExceeded) && !errors.Is(err, keycap.ErrStoreUnavailable) {
+		return err // the limit is invalid
+	}
+	le, _ := errors.AsType[*keycap.LimitError](err)
+	parked := le != nil && le.Parked
 	if rule.deadline > 0 {
 		if err := jobtype.CheckDeadline(ctx, jl.l, pool, key, job, rule.deadline, err); err != nil {
+			if parked {
+				jl.l.Unpark(owner, lim) // it will not come back for the slot
+			}
 			return err
 		}
 	}
@@ -93,7 +115,7 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 		return &jobtype.SkipError{By: pool, Key: key, Err: err}
 	}
 	delay := rule.delay()
-	if le, ok := errors.AsType[*keycap.LimitError](err); ok && le.Parked {
+	if parked {
 		delay = rule.parkFor
 	}
 	return &jobtype.ReleaseError{By: pool, Key: key, Delay: delay, Err: err}

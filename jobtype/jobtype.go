@@ -24,6 +24,11 @@ type Job struct {
 	ID string
 	// Timeout is how long the queue lets the job run, 0 if unknown.
 	Timeout time.Duration
+	// Attempt counts the job's real attempts as its queue does (River's
+	// attempt, asynq's retry count): the same across releases, which spend
+	// none, and different after a failure or a rescue. With ID it names the
+	// attempt that waits for a slot, on whatever server it comes back.
+	Attempt int
 	// Wake, when the adapter can, makes the job runnable now if it is
 	// waiting in the queue after a release (River's JobRetry, asynq's
 	// RunTask). A Runner calls it when the slot the job waits for is handed

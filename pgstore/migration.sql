@@ -104,6 +104,9 @@ BEGIN
     IF room = 0 THEN
         RETURN;
     END IF;
+    -- A ticket whose owner already holds a lease takes no slot: it is dropped.
+    DELETE FROM "public"."keycap_ticket" tk WHERE tk.pool = p
+        AND EXISTS (SELECT 1 FROM "public"."keycap_lease" l WHERE l.pool = p AND l.owner = tk.owner);
     FOR t IN SELECT tk.owner, tk.claim_ms FROM "public"."keycap_ticket" tk WHERE tk.pool = p ORDER BY tk.arrival LIMIT room LOOP
         DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = t.owner;
         INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, t.owner, now_ + t.claim_ms * interval '1 millisecond')
@@ -193,6 +196,9 @@ BEGIN
         RETURNING arrival INTO mine;
     SELECT count(*) INTO ahead FROM "public"."keycap_ticket" WHERE pool = p AND arrival < mine;
     granted := false;
+    IF random() < 0.01 THEN -- callers that wait sweep too: jobs may never acquire
+        PERFORM "public"."keycap_sweep"(now_);
+    END IF;
 END
 $$;
 

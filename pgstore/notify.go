@@ -20,9 +20,16 @@ type hub struct {
 	mu      sync.Mutex
 	pools   map[keycap.PoolID]map[*func([]keycap.Owner)]struct{}
 	running bool
-	ready   chan error    // the running listener's first LISTEN
+	start   *start        // the running listener's first LISTEN
 	cancel  func()        // stops the running listener
 	done    chan struct{} // closed when it has stopped
+}
+
+// start is the outcome of a listener's first LISTEN: err is set before
+// ready is closed, and read by every caller that waited for it.
+type start struct {
+	ready chan struct{}
+	err   error
 }
 
 // Notify implements keycap.Notifier with LISTEN/NOTIFY: the functions that
@@ -45,15 +52,15 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 	if !h.running {
 		lctx, cancel := context.WithCancel(context.Background())
 		h.running, h.cancel = true, cancel
-		h.ready, h.done = make(chan error, 1), make(chan struct{})
-		go s.listen(lctx, h.ready, h.done)
+		h.start, h.done = &start{ready: make(chan struct{})}, make(chan struct{})
+		go s.listen(lctx, h.start, h.done)
 	}
-	ready := h.ready
+	st := h.start
 	h.mu.Unlock()
 	stop := sync.OnceFunc(func() { h.stop(pool, fp) })
 	select {
-	case err, ok := <-ready:
-		if ok && err != nil {
+	case <-st.ready:
+		if err := st.err; err != nil {
 			stop()
 			return nil, wrap("notify", err)
 		}
@@ -86,7 +93,7 @@ func (h *hub) stop(pool keycap.PoolID, fp *func([]keycap.Owner)) {
 // listen holds a connection that LISTENs and dispatches what it hears,
 // until ctx ends; it reconnects when the connection breaks. The first
 // LISTEN's outcome goes to ready, which is then closed.
-func (s *Store) listen(ctx context.Context, ready chan error, done chan struct{}) {
+func (s *Store) listen(ctx context.Context, st *start, done chan struct{}) {
 	defer close(done)
 	first := true
 	backoff := 50 * time.Millisecond
@@ -94,19 +101,19 @@ func (s *Store) listen(ctx context.Context, ready chan error, done chan struct{}
 		err := s.listenOnce(ctx, func() {
 			if first {
 				first = false
-				close(ready)
+				close(st.ready)
 			}
 			backoff = 50 * time.Millisecond
 		})
 		if first {
-			ready <- err
-			close(ready)
-			first = false
+			// Every caller waiting for this listener reads the error.
+			st.err = err
 			s.hub.mu.Lock()
 			if s.hub.done == done {
 				s.hub.running = false // the next Notify starts again
 			}
 			s.hub.mu.Unlock()
+			close(st.ready)
 			return
 		}
 		select {

@@ -165,7 +165,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	if !ok {
 		return doInner(ctx)
 	}
-	j := jobtype.Job{Kind: job.Kind, ID: "river:" + strconv.FormatInt(job.ID, 10), Timeout: m.timeout}
+	j := jobtype.Job{Kind: job.Kind, ID: "river:" + strconv.FormatInt(job.ID, 10), Timeout: m.timeout, Attempt: job.Attempt}
 	if c := m.retrier(ctx); c != nil {
 		id, attempted := job.ID, job.AttemptedAt
 		j.Wake = func(ctx context.Context) error { return wake(ctx, c, id, attempted) }
@@ -202,6 +202,12 @@ func wake(ctx context.Context, c Retrier, id int64, attempted *time.Time) error 
 		case err != nil:
 			// The database is busy or failing over: try again while the
 			// slot stays reserved (ctx).
+		case row.State == rivertype.JobStateScheduled && !row.ScheduledAt.After(time.Now().Add(time.Second)):
+			// Due within a second anyway: River runs it. (JobRetry makes a
+			// job in any state but running available, a completed one
+			// included; leaving a job that River is about to fetch alone
+			// keeps a late wake-up from running it twice.)
+			return nil
 		case row.State == rivertype.JobStateScheduled:
 			if _, err = c.JobRetry(ctx, id); err == nil {
 				return nil
