@@ -138,6 +138,14 @@ func TestReplicaAcks(t *testing.T) {
 	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
 		t.Fatalf("the unacknowledged grant was left in the pool (%d leases)", n)
 	}
+	// A waiter's grant (Queue) too.
+	tk := keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
+	if ok, _, err := s.Queue(ctx, pool, owner, 1, time.Minute, tk); ok || !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Queue without replicas = %v, %v; want ErrNotReplicated", ok, err)
+	}
+	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
+		t.Fatalf("the unacknowledged queued grant was left in the pool (%d leases)", n)
+	}
 
 	cluster := testenv.RedisCluster(t)
 	cs, err := redisstore.New(cluster, redisstore.WithPrefix(testenv.Prefix(t, cluster)), redisstore.WithReplicaAcks(1, time.Second))
@@ -151,6 +159,9 @@ func TestReplicaAcks(t *testing.T) {
 		}
 		if ok, _ := cs.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); ok {
 			t.Fatal("an acknowledged pool admitted one over its cap")
+		}
+		if ok, _, err := cs.Queue(ctx, p, owner, 1, time.Minute, tk); !ok || err != nil {
+			t.Fatalf("Queue by the holder on the cluster = %v, %v", ok, err)
 		}
 	}
 }

@@ -127,8 +127,9 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 // admit one more holder than the cap until the lost lease's holder renews
 // (docs/operations.md). With acknowledgements, a grant that fewer than n
 // replicas confirmed in time is undone and reported as a store failure, so
-// the limit's fail mode applies. It costs the replication latency on every
-// grant (BENCHMARKS.md has the figure). n at least 1; timeout positive.
+// the limit's fail mode applies. Grants to waiters (Queue) are acknowledged
+// the same way. It costs the replication latency on every grant
+// (BENCHMARKS.md has the figure). n at least 1; timeout positive.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return Option{func(c *config) { c.acks, c.ackWait, c.acksSet = n, timeout, true }}
 }
@@ -257,48 +258,72 @@ var ErrNotReplicated = errors.New("redisstore: grant not acknowledged by enough 
 // on acks replicas.
 func (s *Store) acquireAcked(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
 	keys, channel := s.names(pool)
-	key := keys[0]
+	run, acked, err := s.acked(ctx, acquireScript, keys, owner[:], max, ms(ttl), channel)
+	if err != nil {
+		return false, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	n, _ := run.Int()
+	if n != 1 {
+		return false, nil
+	}
+	if err := s.checkAcked(ctx, pool, owner, acked, false); err != nil {
+		return false, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	return true, nil
+}
+
+// acked runs script and WAIT in one pipeline on the master of keys[0],
+// loading the script once if Redis lost it. It returns the script's reply
+// and WAIT's.
+func (s *Store) acked(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, *redis.Cmd, error) {
 	var node redis.Cmdable = s.client
 	if s.cluster != nil {
-		m, err := s.cluster.MasterForKey(ctx, key)
+		m, err := s.cluster.MasterForKey(ctx, keys[0])
 		if err != nil {
 			s.failed(err)
-			return false, fmt.Errorf("redisstore: acquire: %w", err)
+			return nil, nil, err
 		}
 		node = m
 	}
 	for attempt := 0; ; attempt++ {
-		var run *redis.Cmd
-		var wait *redis.Cmd
+		var run, wait *redis.Cmd
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			run = acquireScript.EvalSha(ctx, p, keys, owner[:], max, ms(ttl), channel)
+			run = script.EvalSha(ctx, p, keys, args...)
 			wait = p.Do(ctx, "WAIT", s.acks, ms(s.ackWait))
 			return nil
 		})
-		n, err := run.Int()
+		err := run.Err()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			if err := acquireScript.Load(ctx, node).Err(); err != nil {
+			if err := script.Load(ctx, node).Err(); err != nil {
 				s.failed(err)
-				return false, fmt.Errorf("redisstore: acquire: loading script: %w", err)
+				return nil, nil, fmt.Errorf("loading script: %w", err)
 			}
 			continue
 		}
 		if err != nil {
 			s.failed(err)
-			return false, fmt.Errorf("redisstore: acquire: %w", err)
+			return nil, nil, err
 		}
-		if n != 1 {
-			return false, nil
-		}
-		if got, err := wait.Int64(); err != nil || got < int64(s.acks) {
-			_ = s.Release(context.WithoutCancel(ctx), pool, owner)
-			if err != nil {
-				return false, fmt.Errorf("redisstore: acquire: WAIT: %w", err)
-			}
-			return false, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
-		}
-		return true, nil
+		return run, wait, nil
 	}
+}
+
+// checkAcked undoes a grant that fewer replicas than WithReplicaAcks
+// acknowledged in time (a queued grant leaves the line too).
+func (s *Store) checkAcked(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, wait *redis.Cmd, queued bool) error {
+	got, err := wait.Int64()
+	if err == nil && got >= int64(s.acks) {
+		return nil
+	}
+	undo := s.Release
+	if queued {
+		undo = s.Dequeue
+	}
+	_ = undo(context.WithoutCancel(ctx), pool, owner)
+	if err != nil {
+		return fmt.Errorf("WAIT: %w", err)
+	}
+	return fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
 }
 
 // Release implements keycap.Store: one EVALSHA, which hands the slot to
@@ -316,13 +341,31 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 // queues.
 func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
 	keys, channel := s.names(pool)
-	res, err := queueScript.Run(ctx, s.client, keys, owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim), channel).Int64Slice()
+	args := []any{owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim), channel}
+	var res []int64
+	var wait *redis.Cmd
+	var err error
+	if s.acks > 0 {
+		var run *redis.Cmd
+		if run, wait, err = s.acked(ctx, queueScript, keys, args...); err == nil {
+			res, err = run.Int64Slice()
+		}
+	} else {
+		res, err = queueScript.Run(ctx, s.client, keys, args...).Int64Slice()
+		if err != nil {
+			s.failed(err)
+		}
+	}
 	if err != nil {
-		s.failed(err)
 		return false, 0, fmt.Errorf("redisstore: queue: %w", err)
 	}
 	if len(res) != 2 {
 		return false, 0, fmt.Errorf("redisstore: queue: unexpected reply %v", res)
+	}
+	if res[0] == 1 && wait != nil {
+		if err := s.checkAcked(ctx, pool, owner, wait, true); err != nil {
+			return false, 0, fmt.Errorf("redisstore: queue: %w", err)
+		}
 	}
 	return res[0] == 1, int(res[1]), nil
 }
