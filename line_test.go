@@ -116,22 +116,25 @@ func TestFreshCallersDoNotOvertakeTheLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
+	checked := testkit.NewGate()
+	defer checked.Open()
 	go func() {
 		ls, err := l.Acquire(context.Background(), waiting)
 		if err == nil {
-			defer ls.Release()
-			_, err = l.Acquire(context.Background(), now) // while it holds: refused
-			if errors.Is(err, keycap.ErrLimitExceeded) {
-				err = nil
-			}
+			// Held until the fresh caller below has tried: released
+			// sooner, the slot would be free for it, rightly.
+			checked.Wait(10 * time.Second)
+			ls.Release()
 		}
 		got <- err
 	}()
 	testkit.Recv(t, s.queued, 5*time.Second, "the waiter to queue")
 	holder.Release()
+	// The slot is the waiter's: handed to its ticket, or already claimed.
 	if _, err := l.Acquire(context.Background(), now); !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("a fresh caller overtook the line: %v", err)
 	}
+	checked.Open()
 	if err := testkit.Recv(t, got, 5*time.Second, "the waiter"); err != nil {
 		t.Fatal(err)
 	}
