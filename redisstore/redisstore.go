@@ -17,7 +17,11 @@
 //
 // where the digits are the pool's hash (keycap.PoolID) and the braces make
 // them a Redis Cluster hash tag, so any key added later for the same pool
-// lands in the same slot.
+// lands in the same slot. While callers wait, a pool also has a wait line
+// (keycap.Liner): keycap:line:{…} and keycap:lmeta:{…}, updated by the same
+// scripts in the same round trip, and its handoffs are published on the
+// sharded channel keycap:wake:{…} (keycap.Notifier; Redis 7 or later, else
+// waiters poll).
 //
 // Every call is bounded by its context's deadline — the Limiter's decision
 // budget, when it is one — so the client must have ContextTimeoutEnabled: New
