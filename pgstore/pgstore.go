@@ -8,8 +8,13 @@
 // leases, counts and inserts, by the database's clock (clock_timestamp()).
 // Releases, renewals (one batch per call), marks, pauses and paces are one
 // round trip each too. Expired rows are cleaned without a cron: each acquire
-// drops its pool's expired leases, and about one acquire in a hundred sweeps
-// up to a thousand expired rows of every table.
+// drops its pool's expired leases, and about one acquire (or queue) in a
+// hundred sweeps up to a thousand expired rows of every table.
+//
+// Callers that wait queue in a line per pool (keycap.Liner: the ticket
+// table, and the queue, fill and release functions), and are told of their
+// handoff by NOTIFY on the channel <schema>_<prefix>wake (keycap.Notifier):
+// the store holds one connection of the pool, LISTENing, while anyone waits.
 //
 // # Connections of its own
 //
