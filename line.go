@@ -34,13 +34,17 @@ const lineLinger = 30 * time.Second
 // With park, a caller that is still refused when its wait ends parks
 // instead of leaving the line (Limiter.AcquireOrPark).
 func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Duration, park *Parking) (*Lease, error) {
-	order := make([]int, len(ls.slots))
-	for i := range order {
-		order[i] = i
+	var one [1]int
+	order := one[:]
+	if len(ls.slots) > 1 {
+		order = make([]int, len(ls.slots))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int {
+			return cmp.Compare(string(ls.slots[a].limit.pool[:]), string(ls.slots[b].limit.pool[:]))
+		})
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Compare(string(ls.slots[a].limit.pool[:]), string(ls.slots[b].limit.pool[:]))
-	})
 	wake := make(chan struct{}, 1)
 	w := signal(wake)
 	// Where this Limiter already watches the pool's line, the waiter joins

@@ -330,11 +330,23 @@ func (s *Store) checkAcked(ctx context.Context, pool keycap.PoolID, owner keycap
 	return fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
 }
 
-// Release implements keycap.Store: one EVALSHA, which hands the slot to
-// the pool's line if anyone waits.
+// Release implements keycap.Store: a ZREM and an EXISTS of the pool's line
+// in one round trip, and, only when someone waits, a second one: the
+// script that hands the slot to the line (release.lua). Run in order on
+// one connection, the EXISTS sees every ticket taken before the ZREM freed
+// the slot; a caller that queues after it finds the slot free.
 func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
 	keys, channel := s.names(pool)
-	if err := releaseScript.Run(ctx, s.client, keys, owner[:], 0, channel).Err(); err != nil {
+	var waiting *redis.IntCmd
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, keys[0], owner[:])
+		waiting = p.Exists(ctx, keys[1])
+		return nil
+	})
+	if err == nil && waiting.Val() == 1 {
+		err = releaseScript.Run(ctx, s.client, keys, owner[:], 0, channel).Err()
+	}
+	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
