@@ -85,11 +85,13 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 		confirmed = make(chan error, 1)
 		w.pending = append(w.pending, confirmed)
 	}
+	// The caller's context (the decision budget) bounds the dial and the
+	// write, which happen under the hub's lock.
 	if fresh {
-		g.ps = h.subscribe([]string{channel})
+		g.ps = h.subscribe(ctx, []string{channel})
 		go h.run(g)
 	} else if newChannel {
-		if err := g.ps.SSubscribe(context.Background(), channel); err != nil {
+		if err := g.ps.SSubscribe(ctx, channel); err != nil {
 			h.mu.Unlock()
 			h.stop(g, channel, fp)
 			return nil, fmt.Errorf("redisstore: notify: %w", err)
@@ -116,15 +118,15 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 // subscribe opens a pub/sub connection for channels, one SSUBSCRIBE each:
 // on a cluster, channels of several hash slots may share a master's
 // connection, but not one command.
-func (h *hub) subscribe(channels []string) *redis.PubSub {
+func (h *hub) subscribe(ctx context.Context, channels []string) *redis.PubSub {
 	var ps *redis.PubSub
 	if h.s.cluster != nil {
-		ps = h.s.cluster.SSubscribe(context.Background(), channels[0])
+		ps = h.s.cluster.SSubscribe(ctx, channels[0])
 	} else {
-		ps = h.s.client.SSubscribe(context.Background(), channels[0])
+		ps = h.s.client.SSubscribe(ctx, channels[0])
 	}
 	for _, ch := range channels[1:] {
-		_ = ps.SSubscribe(context.Background(), ch)
+		_ = ps.SSubscribe(ctx, ch)
 	}
 	return ps
 }
@@ -226,7 +228,9 @@ func (h *hub) rebuild(g *group, old *redis.PubSub) {
 		channels = append(channels, ch)
 		w.confirmed = false
 	}
-	g.ps = h.subscribe(channels)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	g.ps = h.subscribe(ctx, channels)
+	cancel()
 	h.mu.Unlock()
 	_ = old.Close()
 	for _, ch := range channels {
