@@ -175,11 +175,12 @@ func (l *Limiter) now() time.Duration { return time.Since(l.base) }
 // otherwise polls every 100 ms ± 50 %. Acquire with no limits returns an
 // empty lease.
 func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) {
-	return l.acquire(ctx, nil, limits)
+	return l.acquire(ctx, nil, nil, limits)
 }
 
-// acquire is Acquire, or AcquireAs when member is not nil.
-func (l *Limiter) acquire(ctx context.Context, member *string, limits []Limit) (*Lease, error) {
+// acquire is Acquire, AcquireAs when member is not nil, or AcquireOrPark
+// when park is not nil.
+func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, limits []Limit) (*Lease, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -204,8 +205,15 @@ func (l *Limiter) acquire(ctx context.Context, member *string, limits []Limit) (
 
 	start := l.now()
 	ls := newLease(l, limits, start)
-	if member != nil {
+	switch {
+	case member != nil:
 		return l.acquireMember(ctx, ls, *member, wait, start)
+	case park != nil:
+		ls.owner = park.Owner
+		if l.liner != nil && l.notifier != nil {
+			l.parked.cancel(park.Owner) // an attempt that comes back
+			return l.waitInLine(ctx, ls, wait, start, park)
+		}
 	}
 	return l.acquireLease(ctx, ls, wait, start)
 }

@@ -165,30 +165,7 @@ func (l *Limiter) AcquireOrPark(ctx context.Context, p Parking, limits ...Limit)
 	if p.For <= 0 || p.Claim <= 0 || p.Wake == nil {
 		return nil, fmt.Errorf("%w: parking needs a positive For and Claim, and a Wake (got %s, %s)", ErrInvalidLimit, p.For, p.Claim)
 	}
-	if l.closed.Load() {
-		return nil, ErrClosed
-	}
-	wait, err := check(limits)
-	if err != nil {
-		return nil, err
-	}
-	for _, lim := range limits {
-		if lim.max == 0 {
-			l.emit(Event{Kind: LimitExceeded, Limit: lim})
-			return nil, &LimitError{Limit: lim}
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	start := l.now()
-	ls := newLease(l, limits, start)
-	ls.owner = p.Owner
-	if l.liner == nil || l.notifier == nil {
-		return l.acquireLease(ctx, ls, wait, start)
-	}
-	l.parked.cancel(p.Owner) // an attempt that comes back
-	return l.waitInLine(ctx, ls, wait, start, &p)
+	return l.acquire(ctx, nil, &p, limits)
 }
 
 // Unpark takes owner out of the lines of limits, where AcquireOrPark

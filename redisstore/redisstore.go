@@ -214,18 +214,20 @@ func (s *Store) Key(pool keycap.PoolID) string {
 // ticket's expiry and claim window, the pool's max and the last arrival
 // number). They share the pool's hash tag.
 func (s *Store) LineKeys(pool keycap.PoolID) (line, meta string) {
-	h := pool.String()
-	return s.prefix + "keycap:line:{" + h + "}", s.prefix + "keycap:lmeta:{" + h + "}"
+	keys, _ := s.names(pool)
+	return keys[1], keys[2]
 }
 
 // Channel returns the pub/sub channel on which pool's handoffs are
 // published (SPUBLISH: sharded on Redis Cluster), each message the owner
 // tokens served, 16 bytes each.
 func (s *Store) Channel(pool keycap.PoolID) string {
-	return s.prefix + "keycap:wake:{" + pool.String() + "}"
+	_, channel := s.names(pool)
+	return channel
 }
 
-// names returns the keys of pool's scripts and its channel.
+// names returns the keys of pool's scripts (its slots, as Key, and its
+// line's two keys) and its channel, with one hex encoding.
 func (s *Store) names(pool keycap.PoolID) (keys []string, channel string) {
 	h := pool.String()
 	p := s.prefix + "keycap:"
