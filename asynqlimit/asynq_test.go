@@ -135,7 +135,8 @@ func twoServers(t *testing.T, parked bool) {
 	if parked {
 		rule = func(ctx context.Context, task *asynq.Task) (joblimit.Rule, bool) {
 			r, ok := keyRule(ctx, task)
-			return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0)), ok
+			return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0),
+				joblimit.WithParkFor(15*time.Second)), ok // a lost wake-up shows in seconds
 		}
 		ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 		t.Cleanup(func() { _ = ins.Close() })

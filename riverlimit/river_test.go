@@ -141,7 +141,8 @@ func TestTwoClients(t *testing.T) {
 		if mode == "parked" {
 			rule = func(job *rivertype.JobRow) (joblimit.Rule, bool) {
 				r, ok := keyRule(job)
-				return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0)), ok
+				return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0),
+					joblimit.WithParkFor(15*time.Second)), ok // a lost wake-up shows in seconds
 			}
 		}
 		t.Run(mode+"/redis", func(t *testing.T) {
