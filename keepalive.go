@@ -251,7 +251,14 @@ func (k *keeper) renew() {
 	k.batch = k.batch[:0]
 	for _, w := range k.work {
 		s := &w.ls.slots[w.i]
-		k.batch = append(k.batch, Renewal{Pool: s.limit.pool, Owner: w.ls.owner, TTL: s.limit.ttl})
+		r := Renewal{Pool: s.limit.pool, Owner: w.ls.owner, TTL: s.limit.ttl}
+		if !s.limit.plain() {
+			r.Weight = s.limit.Weight()
+			if s.limit.share != nil {
+				r.Parent = s.limit.share.parent.pool
+			}
+		}
+		k.batch = append(k.batch, r)
 	}
 	before := l.now()
 	ctx, cancel := l.bound(context.Background(), max(l.budget, time.Second))
@@ -277,9 +284,9 @@ func (k *keeper) renew() {
 		switch {
 		case ls.released:
 		case rerr != nil:
-			part, known := l.partition(s.limit.pool), false
+			part, known := l.partition(s.limit.home()), false
 			for _, f := range failures {
-				known = known || l.partition(f.lim.pool) == part
+				known = known || l.partition(f.lim.home()) == part
 			}
 			if !known {
 				failures = append(failures, failure{s.limit, rerr})
@@ -298,10 +305,10 @@ func (k *keeper) renew() {
 				wake = append(wake, ch)
 			}
 			lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
-			answered = l.answeredIn(answered, s.limit.pool)
+			answered = l.answeredIn(answered, s.limit.home())
 		default:
 			s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
-			answered = l.answeredIn(answered, s.limit.pool)
+			answered = l.answeredIn(answered, s.limit.home())
 		}
 		ls.mu.Unlock()
 	}

@@ -57,7 +57,9 @@ type Limit struct {
 	pool   PoolID
 	family Family
 	fail   FailMode
-	ttlSet bool // WithTTL given: AcquireAs keeps it
+	ttlSet bool     // WithTTL given: AcquireAs keeps it
+	weight int      // slots a lease takes; 0: one (WithWeight not given)
+	share  *sharing // the parent, nil when none
 }
 
 // A LimitOption sets an optional field of a Limit. (It is a value, not a
@@ -67,6 +69,8 @@ type LimitOption struct {
 	d     time.Duration
 	m     FailMode
 	f     Family
+	n     int
+	p     *Parent
 }
 
 type limitField uint8
@@ -77,6 +81,10 @@ const (
 	fieldFail
 	fieldBudget
 	fieldFamily
+	fieldWeight
+	fieldParent
+	fieldShare
+	fieldMin
 )
 
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
@@ -111,6 +119,8 @@ func WithFailMode(m FailMode) LimitOption { return LimitOption{field: fieldFail,
 // value returns an *InvalidLimitError naming the field.
 func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 	l := Limit{name: name, key: key, max: max, ttl: DefaultTTL}
+	var share, min int
+	var shareSet, minSet bool
 	for _, o := range opts {
 		switch o.field {
 		case fieldTTL:
@@ -129,9 +139,23 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 			if !o.f.valid() {
 				return Limit{}, &InvalidLimitError{Field: "family", Value: o.f.String(), Reason: "must be FamilyApp, FamilyJob, FamilyConn or FamilyPause"}
 			}
+		case fieldWeight:
+			l.weight = o.n
+			if o.n < 1 {
+				return Limit{}, &InvalidLimitError{Field: "weight", Value: fmt.Sprint(o.n), Reason: "must be at least 1"}
+			}
+		case fieldParent:
+			l.share = &sharing{parent: *o.p}
+		case fieldShare:
+			share, shareSet = o.n, true
+		case fieldMin:
+			min, minSet = o.n, true
 		}
 	}
 	if err := l.validate(); err != nil {
+		return Limit{}, err
+	}
+	if err := l.checkSharing(share, min, shareSet, minSet); err != nil {
 		return Limit{}, err
 	}
 	l.pool = PoolIDOf(l.family, name, key)
@@ -197,5 +221,8 @@ func (l Limit) Pool() PoolID { return l.pool }
 
 // String describes the limit without its key, which may be long or private.
 func (l Limit) String() string {
+	if l.share != nil {
+		return fmt.Sprintf("%s (max %d, parent %s max %d)", l.name, l.max, l.share.parent.name, l.share.parent.max)
+	}
 	return fmt.Sprintf("%s (max %d)", l.name, l.max)
 }

@@ -49,6 +49,7 @@ type Limiter struct {
 	node     NodeID
 	nodes    nodes
 	liner    Liner    // nil: the store keeps no line
+	sharer   Sharer   // nil: the store keeps no weights or parents
 	notifier Notifier // nil: waiters in a line poll
 	lines    lines
 	parked   parked
@@ -116,6 +117,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	l.releaser.init(l)
 	l.waiters.init()
 	l.liner, _ = store.(Liner)
+	l.sharer, _ = store.(Sharer)
 	if l.liner != nil {
 		l.notifier, _ = store.(Notifier)
 	}
@@ -186,6 +188,9 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 	}
 	wait, err := check(limits)
 	if err != nil {
+		return nil, err
+	}
+	if err := l.checkShared(limits, member != nil); err != nil {
 		return nil, err
 	}
 	if member != nil {
@@ -330,7 +335,7 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 	for i := range ls.slots {
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
-		ok, err := l.store.Acquire(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
+		ok, err := l.acquireIn(bctx, &s.limit, ls.owner)
 		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
 		cancel()
 		if err != nil {
@@ -355,7 +360,7 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 			s.held = false // runs unguarded for this limit
 			continue
 		}
-		l.storeAnswered(s.limit.pool)
+		l.storeAnswered(s.limit.home())
 		if !ok {
 			l.undo(ls)
 			return &s.limit, nil
@@ -382,14 +387,14 @@ func (l *Limiter) undo(ls *Lease) {
 // releaseSlot frees one slot in the store and wakes a local waiter.
 func (l *Limiter) releaseSlot(owner Owner, s *slot) {
 	ctx, cancel := l.bound(context.Background(), l.budgetOf(s.limit))
-	err := l.store.Release(ctx, s.limit.pool, owner)
+	err := l.releaseIn(ctx, &s.limit, owner, false)
 	cancel()
 	if err != nil {
 		// Retried in the background until it succeeds or the slot expires.
 		l.storeFailed(s.limit, err)
 		l.releaser.retry(s.limit, owner, s.deadline)
 	} else {
-		l.storeAnswered(s.limit.pool)
+		l.storeAnswered(s.limit.home())
 	}
 	l.waiters.wake(s.limit.pool)
 }
@@ -401,7 +406,7 @@ func (l *Limiter) releaseLater(lim Limit, owner Owner) {
 	go func() {
 		ctx, cancel := l.bound(context.Background(), l.budgetOf(lim))
 		defer cancel()
-		_ = l.store.Release(ctx, lim.pool, owner)
+		_ = l.releaseIn(ctx, &lim, owner, false)
 	}()
 }
 
@@ -492,7 +497,7 @@ func (l *Limiter) Call(ctx context.Context, lim Limit, op func(ctx context.Conte
 	cancel()
 	switch {
 	case err == nil:
-		l.storeAnswered(lim.pool)
+		l.storeAnswered(lim.home())
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -514,7 +519,7 @@ func (l *Limiter) partition(pool PoolID) string {
 // storeFailed reports the first failure of an outage of the store's
 // partition that holds lim's pool.
 func (l *Limiter) storeFailed(lim Limit, err error) {
-	part := l.partition(lim.pool)
+	part := l.partition(lim.home())
 	if l.outages.failed(part, l.now()) {
 		l.emit(Event{Kind: StoreFailed, Limit: lim, Node: part, Err: err})
 	}

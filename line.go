@@ -192,7 +192,7 @@ func (l *Limiter) Unpark(owner Owner, limits ...Limit) {
 // subscription nobody would wake it, so it leaves the line instead.
 func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake <-chan struct{}) (claim, parked bool) {
 	lim := ls.slots[i].limit
-	w := l.parked.add(ls.owner, lim.pool, p)
+	w := l.parked.add(ls.owner, lim.home(), p)
 	watched := l.lines.watchPool(ctx, lim, ls.owner, w)
 	select {
 	case <-wake:
@@ -313,7 +313,7 @@ func (l *Limiter) tryLine(ctx context.Context, ls *Lease, order []int, now time.
 	for _, i := range order {
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
-		ok, _, err := l.liner.Queue(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl, tk)
+		ok, err := l.queueIn(bctx, &s.limit, ls.owner, tk)
 		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
 		cancel()
 		if err != nil {
@@ -336,7 +336,7 @@ func (l *Limiter) tryLine(ctx context.Context, ls *Lease, order []int, now time.
 			s.held = false // runs unguarded for this limit
 			continue
 		}
-		l.storeAnswered(s.limit.pool)
+		l.storeAnswered(s.limit.home())
 		if !ok {
 			s.held = false
 			return i, nil
@@ -367,7 +367,7 @@ func (l *Limiter) dequeueLater(lim Limit, owner Owner) {
 	go func() {
 		ctx, cancel := l.bound(context.Background(), l.budgetOf(lim))
 		defer cancel()
-		_ = l.liner.Dequeue(ctx, lim.pool, owner)
+		_ = l.releaseIn(ctx, &lim, owner, true)
 	}()
 }
 
@@ -435,7 +435,7 @@ func (ls *lines) watchReady(lease *Lease, w *lineWaiter) bool {
 	defer ls.mu.Unlock()
 	all := !ls.closed
 	for i := range lease.slots {
-		ln := ls.pools[lease.slots[i].limit.pool]
+		ln := ls.pools[lease.slots[i].limit.home()]
 		if ln == nil {
 			all = false
 			continue
@@ -465,19 +465,20 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, w *lineW
 		ls.mu.Unlock()
 		return false
 	}
-	ln := ls.pools[lim.pool]
+	pool := lim.home()
+	ln := ls.pools[pool]
 	if ln == nil {
 		ln = &line{ready: make(chan struct{}), waiters: make(map[Owner]*lineWaiter)}
-		ls.pools[lim.pool] = ln
+		ls.pools[pool] = ln
 		ln.waiters[owner] = w
 		ls.mu.Unlock()
 		bctx, cancel := ls.l.bound(ctx, ls.l.budgetOf(lim))
-		stop, err := ls.l.notifier.Notify(bctx, lim.pool, func(g []Owner) { ls.deliver(lim.pool, g) })
+		stop, err := ls.l.notifier.Notify(bctx, pool, func(g []Owner) { ls.deliver(pool, g) })
 		cancel()
 		ls.mu.Lock()
 		ln.stop, ln.err = stop, err
-		if err != nil && ls.pools[lim.pool] == ln {
-			delete(ls.pools, lim.pool) // the next waiter tries again
+		if err != nil && ls.pools[pool] == ln {
+			delete(ls.pools, pool) // the next waiter tries again
 		}
 		closed := ls.closed
 		ls.mu.Unlock()
@@ -511,7 +512,7 @@ func (ls *lines) unwatch(lease *Lease, w *lineWaiter) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for i := range lease.slots {
-		ls.unwatchPool(lease.slots[i].limit.pool, lease.owner, w)
+		ls.unwatchPool(lease.slots[i].limit.home(), lease.owner, w)
 	}
 }
 

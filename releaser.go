@@ -100,14 +100,14 @@ func (r *releaser) flush() bool {
 			continue // expired in the store by now
 		}
 		ctx, cancel := l.bound(context.Background(), l.budgetOf(p.limit))
-		err := l.store.Release(ctx, p.limit.pool, p.owner)
+		err := l.releaseIn(ctx, &p.limit, p.owner, false)
 		cancel()
 		if err != nil {
 			l.storeFailed(p.limit, err)
 			again = append(again, p)
 			continue
 		}
-		l.storeAnswered(p.limit.pool)
+		l.storeAnswered(p.limit.home())
 		l.waiters.wake(p.limit.pool)
 	}
 	r.mu.Lock()

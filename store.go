@@ -49,6 +49,10 @@ type Renewal struct {
 	Pool  PoolID
 	Owner Owner
 	TTL   time.Duration
+	// A lease of a Sharer's demand: its weight (0 or 1 for a plain lease)
+	// and its parent (zero when none).
+	Weight int
+	Parent PoolID
 
 	// Set by the store.
 	Lost bool  // the lease had expired or was unknown: it is gone

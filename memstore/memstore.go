@@ -39,8 +39,9 @@ type shard struct {
 	marks     map[keycap.PoolID]mark
 	pauses    map[keycap.PoolID]time.Duration // pause end
 	rates     map[keycap.PoolID]time.Duration // GCRA theoretical arrival time
+	parents   map[keycap.PoolID]*parent
 	lastSweep time.Duration
-	_         [64 - 48]byte // keep shards on separate cache lines
+	_         [64 - 56]byte // keep shards on separate cache lines
 }
 
 type mark struct{ start, expires time.Duration }
@@ -51,6 +52,7 @@ type pool struct {
 	leases []lease
 	line   []ticket // the wait line, oldest first (keycap.Liner)
 	max    int      // the max of the last call, which fills the line on a release
+	extra  int      // slots of weighted leases beyond one each: held = len(leases)+extra
 }
 
 // ticket is a place in a pool's line.
@@ -58,12 +60,18 @@ type ticket struct {
 	owner   keycap.Owner
 	expires time.Duration
 	claim   time.Duration
+	weight  int
+	seq     uint64 // arrival in the parent's lines
 }
 
 type lease struct {
 	owner   keycap.Owner
 	expires time.Duration
+	weight  int // 0 and 1: one slot
 }
+
+// slots returns the slots the lease takes.
+func (l *lease) slots() int { return max(l.weight, 1) }
 
 // An Option configures a Store.
 type Option struct{ apply func(*Store) }
@@ -87,6 +95,7 @@ func New(opts ...Option) *Store {
 		s.shards[i].marks = make(map[keycap.PoolID]mark)
 		s.shards[i].pauses = make(map[keycap.PoolID]time.Duration)
 		s.shards[i].rates = make(map[keycap.PoolID]time.Duration)
+		s.shards[i].parents = make(map[keycap.PoolID]*parent)
 	}
 	return s
 }
@@ -120,7 +129,7 @@ func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, 
 		pl = &pool{}
 		sh.pools[p] = pl
 	}
-	ok, granted := pl.acquire(owner, max, now, now+ttl)
+	ok, granted := pl.acquire(owner, 1, max, now, now+ttl)
 	sh.mu.Unlock()
 	if granted != nil {
 		s.hub.notify(p, granted)
@@ -161,12 +170,12 @@ func (s *Store) Queue(_ context.Context, p keycap.PoolID, owner keycap.Owner, ma
 		pl = &pool{}
 		sh.pools[p] = pl
 	}
-	ok, granted := pl.acquire(owner, max, now, now+ttl)
+	ok, granted := pl.acquire(owner, 1, max, now, now+ttl)
 	ahead := 0
 	if ok {
 		pl.dequeue(owner)
 	} else {
-		ahead = pl.queue(owner, now+t.TTL, t.Claim)
+		ahead = pl.queue(ticket{owner: owner, expires: now + t.TTL, claim: t.Claim, weight: 1})
 	}
 	sh.mu.Unlock()
 	s.hub.notify(p, granted)
@@ -205,6 +214,10 @@ func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
 	now := s.clock()
 	for i := range batch {
 		r := &batch[i]
+		if r.Parent != (keycap.PoolID{}) {
+			s.renewKid(r, now)
+			continue
+		}
 		sh := s.shard(r.Pool)
 		sh.mu.Lock()
 		r.Lost = true
@@ -313,26 +326,14 @@ func (s *Store) Pools() int {
 }
 
 // acquire drops the expired leases and hands freed slots to the line, then
-// grants owner a lease until expires if it already holds one (a slot handed
-// to its ticket included) or the pool has room and no line. It returns the
-// owners of the tickets it handed a slot.
-func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration) (bool, []keycap.Owner) {
+// grants owner a lease of weight slots until expires if it already holds one
+// (a slot handed to its ticket included) or the pool has room and no line.
+// It returns the owners of the tickets it handed a slot.
+func (pl *pool) acquire(owner keycap.Owner, weight, max int, now, expires time.Duration) (bool, []keycap.Owner) {
 	if pl.max != max {
 		pl.max = max
 	}
-	// One pass drops the expired leases and finds owner's: the common path.
-	live := pl.leases[:0]
-	held := -1
-	for _, l := range pl.leases {
-		if l.expires > now {
-			if l.owner == owner {
-				held = len(live)
-			}
-			live = append(live, l)
-		}
-	}
-	clear(pl.leases[len(live):])
-	pl.leases = live
+	held := pl.expireFind(owner, now) // one pass: the common path
 	var granted []keycap.Owner
 	if len(pl.line) > 0 {
 		granted = pl.fill(now)
@@ -342,41 +343,71 @@ func (pl *pool) acquire(owner keycap.Owner, max int, now, expires time.Duration)
 	case held >= 0:
 		pl.leases[held].expires = expires
 		return true, granted
-	case len(pl.line) == 0 && len(pl.leases) < max:
-		pl.leases = append(pl.leases, lease{owner: owner, expires: expires})
+	case len(pl.line) == 0 && pl.held()+weight <= max:
+		pl.add(lease{owner: owner, expires: expires, weight: weight})
 		return true, granted
 	}
 	return false, granted
 }
 
-// expire drops the expired leases.
-func (pl *pool) expire(now time.Duration) {
+// held returns the slots the pool's leases take.
+func (pl *pool) held() int { return len(pl.leases) + pl.extra }
+
+// add adds a lease.
+func (pl *pool) add(l lease) {
+	pl.leases = append(pl.leases, l)
+	pl.extra += l.slots() - 1
+}
+
+// expireFind drops the expired leases and returns the index of owner's, or
+// -1.
+func (pl *pool) expireFind(owner keycap.Owner, now time.Duration) int {
 	live := pl.leases[:0]
+	held := -1
 	for _, l := range pl.leases {
-		if l.expires > now {
+		switch {
+		case l.expires <= now:
+			pl.extra -= l.slots() - 1
+		case l.owner == owner:
+			held = len(live)
+			live = append(live, l)
+		default:
 			live = append(live, l)
 		}
 	}
 	clear(pl.leases[len(live):])
 	pl.leases = live
+	return held
+}
+
+// expire drops the expired leases and returns the slots they took.
+func (pl *pool) expire(now time.Duration) int {
+	before := pl.held()
+	pl.expireFind(keycap.Owner{}, now)
+	return before - pl.held()
 }
 
 // fill hands the pool's free slots to the tickets at the head of its line,
-// dropping the expired tickets it meets, and returns their owners. The
-// caller has dropped the expired leases.
+// dropping the expired tickets it meets, and returns their owners. A ticket
+// of weight n waits at the head until n slots are free. The caller has
+// dropped the expired leases.
 func (pl *pool) fill(now time.Duration) []keycap.Owner {
 	if len(pl.line) == 0 {
 		return nil
 	}
 	var granted []keycap.Owner
 	n := 0
-	for n < len(pl.line) && len(pl.leases) < pl.max {
+	for n < len(pl.line) {
 		t := pl.line[n]
-		n++
 		if t.expires <= now || pl.find(t.owner) >= 0 {
+			n++
 			continue
 		}
-		pl.leases = append(pl.leases, lease{owner: t.owner, expires: now + t.claim})
+		if pl.held()+max(t.weight, 1) > pl.max {
+			break
+		}
+		n++
+		pl.add(lease{owner: t.owner, expires: now + t.claim, weight: t.weight})
 		granted = append(granted, t.owner)
 	}
 	if n > 0 {
@@ -386,16 +417,16 @@ func (pl *pool) fill(now time.Duration) []keycap.Owner {
 	return granted
 }
 
-// queue gives owner a ticket until expires, keeping its place if it has one,
-// and returns how many tickets wait before it.
-func (pl *pool) queue(owner keycap.Owner, expires, claim time.Duration) int {
+// queue gives t.owner the ticket t, keeping its place if it has one, and
+// returns how many tickets wait before it.
+func (pl *pool) queue(t ticket) int {
 	for i := range pl.line {
-		if pl.line[i].owner == owner {
-			pl.line[i].expires, pl.line[i].claim = expires, claim
+		if pl.line[i].owner == t.owner {
+			pl.line[i].expires, pl.line[i].claim, pl.line[i].weight = t.expires, t.claim, t.weight
 			return i
 		}
 	}
-	pl.line = append(pl.line, ticket{owner: owner, expires: expires, claim: claim})
+	pl.line = append(pl.line, t)
 	return len(pl.line) - 1
 }
 
@@ -418,7 +449,9 @@ func (pl *pool) sync(node keycap.NodeID, live []keycap.Owner, now, expires time.
 	for _, l := range pl.leases {
 		switch {
 		case l.expires <= now:
+			pl.extra -= l.slots() - 1
 		case [8]byte(l.owner[:8]) == node && !slices.Contains(live, l.owner):
+			pl.extra -= l.slots() - 1
 			removed++
 		default:
 			kept = append(kept, l)
@@ -430,7 +463,7 @@ func (pl *pool) sync(node keycap.NodeID, live []keycap.Owner, now, expires time.
 		if i := pl.find(o); i >= 0 {
 			pl.leases[i].expires = expires
 		} else {
-			pl.leases = append(pl.leases, lease{owner: o, expires: expires})
+			pl.add(lease{owner: o, expires: expires})
 		}
 	}
 	return removed
@@ -446,6 +479,7 @@ func (pl *pool) find(owner keycap.Owner) int {
 }
 
 func (pl *pool) remove(i int) {
+	pl.extra -= pl.leases[i].slots() - 1
 	last := len(pl.leases) - 1
 	pl.leases[i] = pl.leases[last]
 	pl.leases = pl.leases[:last]
@@ -474,6 +508,11 @@ func (sh *shard) maybeSweep(now time.Duration) {
 		}
 		if !live {
 			delete(sh.pools, id)
+		}
+	}
+	for id, pa := range sh.parents {
+		if !pa.live(now) {
+			delete(sh.parents, id)
 		}
 	}
 	for id, m := range sh.marks {

@@ -36,6 +36,7 @@ var (
 	_ keycap.Pacer       = (*Store)(nil)
 	_ keycap.Syncer      = (*Store)(nil)
 	_ keycap.NonBlocking = (*Store)(nil)
+	_ keycap.Sharer      = (*Store)(nil)
 )
 
 // Acquire grants every slot.
@@ -80,3 +81,11 @@ func (*Store) Sync(_ context.Context, _ keycap.NodeID, _ time.Duration, batch []
 
 // NonBlocking implements keycap.NonBlocking.
 func (*Store) NonBlocking() {}
+
+// AcquireDemand grants every demand, whatever its weight and parent.
+func (*Store) AcquireDemand(context.Context, keycap.Demand, *keycap.Ticket) (bool, int, error) {
+	return true, 0, nil
+}
+
+// ReleaseDemand does nothing.
+func (*Store) ReleaseDemand(context.Context, keycap.Demand, bool) error { return nil }

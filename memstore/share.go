@@ -1,0 +1,305 @@
+package memstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+var _ keycap.Sharer = (*Store)(nil)
+
+// parent is a total shared by the pools of its keys (its kids), kept in the
+// shard of the parent's pool: every decision on a kid locks that one shard.
+type parent struct {
+	max   int
+	held  int                    // slots held by every kid
+	seq   uint64                 // the last arrival in a kid's line
+	next  time.Duration          // no lease expires before: nothing to drop
+	kids  map[keycap.PoolID]*kid // kids with a lease or a ticket
+	lined map[keycap.PoolID]*kid // kids with a ticket
+}
+
+// kid is one key's pool in a parent.
+type kid struct {
+	pool
+	share, min int
+}
+
+// before reports whether a is served before b: a key below its minimum
+// first, then the key holding fewest slots for its share (its minimum,
+// below it). Ties go to neither.
+func (a *kid) before(b *kid) (first, tie bool) {
+	ah, bh := a.held(), b.held()
+	aBelow, bBelow := ah < a.min, bh < b.min
+	if aBelow != bBelow {
+		return aBelow, false
+	}
+	aw, bw := a.share, b.share
+	if aBelow {
+		aw, bw = a.min, b.min
+	}
+	x, y := ah*bw, bh*aw // ah/aw against bh/bw
+	return x < y, x == y
+}
+
+// AcquireDemand implements keycap.Sharer. It never blocks and ignores ctx.
+func (s *Store) AcquireDemand(_ context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+	if !d.HasParent() {
+		return s.acquireWeighted(d, t)
+	}
+	now := s.clock()
+	sh := s.shard(d.Parent)
+	sh.mu.Lock()
+	sh.maybeSweep(now)
+	pa := sh.parents[d.Parent]
+	if pa == nil {
+		pa = &parent{kids: make(map[keycap.PoolID]*kid), lined: make(map[keycap.PoolID]*kid)}
+		sh.parents[d.Parent] = pa
+	}
+	pa.max = d.ParentMax
+	k := pa.kids[d.Pool]
+	if k == nil {
+		k = &kid{}
+		pa.kids[d.Pool] = k
+	}
+	k.max, k.share, k.min = d.Max, max(d.Share, 1), d.Min
+	pa.expire(now)
+	granted := pa.fill(now)
+	ok, ahead := pa.take(d, k, t, now)
+	sh.mu.Unlock()
+	s.hub.notify(d.Parent, granted)
+	return ok, ahead, nil
+}
+
+// take grants d to k, or queues it with t: the caller has dropped the
+// parent's expired leases and filled its free slots.
+func (pa *parent) take(d keycap.Demand, k *kid, t *keycap.Ticket, now time.Duration) (bool, int) {
+	w := max(d.Weight, 1)
+	if i := k.find(d.Owner); i >= 0 {
+		k.leases[i].expires = now + d.TTL
+		pa.dequeue(d.Pool, k, d.Owner)
+		return true, 0
+	}
+	if len(k.line) == 0 && k.held()+w <= k.max && pa.held+w <= pa.max && pa.first(k, now) {
+		k.add(lease{owner: d.Owner, expires: now + d.TTL, weight: w})
+		pa.held += w
+		pa.next = min(pa.next, now+d.TTL)
+		return true, 0
+	}
+	if t == nil {
+		return false, 0
+	}
+	for i := range k.line {
+		if k.line[i].owner == d.Owner {
+			k.line[i].expires, k.line[i].claim, k.line[i].weight = now+t.TTL, t.Claim, w
+			return false, i
+		}
+	}
+	pa.seq++
+	k.line = append(k.line, ticket{owner: d.Owner, expires: now + t.TTL, claim: t.Claim, weight: w, seq: pa.seq})
+	pa.lined[d.Pool] = k
+	return false, len(k.line) - 1
+}
+
+// first reports whether a fresh caller of k comes before every waiting key
+// that could be served (a tie goes to the waiter, who came first).
+func (pa *parent) first(k *kid, now time.Duration) bool {
+	if len(pa.lined) == 0 {
+		return true
+	}
+	b := pa.best(now)
+	if b == nil || b == k {
+		return b == nil
+	}
+	first, _ := k.before(b)
+	return first
+}
+
+// best returns the waiting kid the next free slot goes to: among those
+// whose head ticket fits their own max, the one served first, the oldest
+// head on a tie. It drops the expired tickets it meets at the heads.
+func (pa *parent) best(now time.Duration) *kid {
+	var b *kid
+	for id, k := range pa.lined {
+		for len(k.line) > 0 && (k.line[0].expires <= now || k.find(k.line[0].owner) >= 0) {
+			k.line = k.line[1:]
+		}
+		if len(k.line) == 0 {
+			k.line = nil
+			delete(pa.lined, id)
+			continue
+		}
+		if k.held()+max(k.line[0].weight, 1) > k.max {
+			continue
+		}
+		if b == nil {
+			b = k
+			continue
+		}
+		if first, tie := k.before(b); first || tie && k.line[0].seq < b.line[0].seq {
+			b = k
+		}
+	}
+	return b
+}
+
+// fill hands the parent's free slots to the waiting kids, by the fair
+// share, and returns the owners served. The best kid's head ticket waits
+// until its weight fits: nobody overtakes it. The caller has dropped the
+// expired leases.
+func (pa *parent) fill(now time.Duration) []keycap.Owner {
+	var granted []keycap.Owner
+	for len(pa.lined) > 0 {
+		k := pa.best(now)
+		if k == nil {
+			break
+		}
+		t := k.line[0]
+		w := max(t.weight, 1)
+		if pa.held+w > pa.max {
+			break
+		}
+		k.line = k.line[1:]
+		if len(k.line) == 0 {
+			k.line = nil
+			for id, kk := range pa.lined {
+				if kk == k {
+					delete(pa.lined, id)
+				}
+			}
+		}
+		k.add(lease{owner: t.owner, expires: now + t.claim, weight: w})
+		pa.held += w
+		pa.next = min(pa.next, now+t.claim)
+		granted = append(granted, t.owner)
+	}
+	return granted
+}
+
+// expire drops the expired leases of every kid, and the kids left with
+// nothing, once a lease may have expired.
+func (pa *parent) expire(now time.Duration) {
+	if now < pa.next {
+		return
+	}
+	next := time.Duration(1<<63 - 1)
+	for id, k := range pa.kids {
+		pa.held -= k.expire(now)
+		for _, l := range k.leases {
+			next = min(next, l.expires)
+		}
+		if len(k.leases) == 0 && len(k.line) == 0 {
+			delete(pa.kids, id)
+		}
+	}
+	pa.next = next
+}
+
+// dequeue takes owner's ticket out of k's line.
+func (pa *parent) dequeue(id keycap.PoolID, k *kid, owner keycap.Owner) {
+	k.dequeue(owner)
+	if len(k.line) == 0 {
+		delete(pa.lined, id)
+	}
+}
+
+// live reports whether the parent holds a live lease or ticket.
+func (pa *parent) live(now time.Duration) bool {
+	for _, k := range pa.kids {
+		for _, l := range k.leases {
+			if l.expires > now {
+				return true
+			}
+		}
+		for _, t := range k.line {
+			if t.expires > now {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ReleaseDemand implements keycap.Sharer. It never blocks and ignores ctx.
+func (s *Store) ReleaseDemand(_ context.Context, d keycap.Demand, dequeue bool) error {
+	if !d.HasParent() {
+		if dequeue {
+			return s.Dequeue(context.Background(), d.Pool, d.Owner)
+		}
+		return s.Release(context.Background(), d.Pool, d.Owner)
+	}
+	sh := s.shard(d.Parent)
+	sh.mu.Lock()
+	var granted []keycap.Owner
+	if pa := sh.parents[d.Parent]; pa != nil {
+		if k := pa.kids[d.Pool]; k != nil {
+			if dequeue {
+				pa.dequeue(d.Pool, k, d.Owner)
+			}
+			if i := k.find(d.Owner); i >= 0 {
+				pa.held -= k.leases[i].slots()
+				k.remove(i)
+			}
+		}
+		if len(pa.lined) > 0 {
+			now := s.clock()
+			pa.expire(now)
+			granted = pa.fill(now)
+		}
+	}
+	sh.mu.Unlock()
+	s.hub.notify(d.Parent, granted)
+	return nil
+}
+
+// acquireWeighted is AcquireDemand for a pool with no parent: the pool's
+// plain leases count one slot each beside the weighted ones.
+func (s *Store) acquireWeighted(d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+	now := s.clock()
+	sh := s.shard(d.Pool)
+	sh.mu.Lock()
+	sh.maybeSweep(now)
+	pl := sh.pools[d.Pool]
+	if pl == nil {
+		pl = &pool{}
+		sh.pools[d.Pool] = pl
+	}
+	w := max(d.Weight, 1)
+	ok, granted := pl.acquire(d.Owner, w, d.Max, now, now+d.TTL)
+	ahead := 0
+	switch {
+	case ok && t != nil:
+		pl.dequeue(d.Owner)
+	case !ok && t != nil:
+		ahead = pl.queue(ticket{owner: d.Owner, expires: now + t.TTL, claim: t.Claim, weight: w})
+	}
+	sh.mu.Unlock()
+	s.hub.notify(d.Pool, granted)
+	return ok, ahead, nil
+}
+
+// renewKid is Renew for a lease of a parent's kid.
+func (s *Store) renewKid(r *keycap.Renewal, now time.Duration) {
+	sh := s.shard(r.Parent)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r.Lost = true
+	pa := sh.parents[r.Parent]
+	if pa == nil {
+		return
+	}
+	k := pa.kids[r.Pool]
+	if k == nil {
+		return
+	}
+	if j := k.find(r.Owner); j >= 0 {
+		if k.leases[j].expires > now {
+			k.leases[j].expires = now + r.TTL
+			r.Lost = false
+		} else {
+			pa.held -= k.leases[j].slots()
+			k.remove(j)
+		}
+	}
+}
