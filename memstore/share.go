@@ -58,13 +58,13 @@ func (s *Store) AcquireDemand(_ context.Context, d keycap.Demand, t *keycap.Tick
 		sh.parents[d.Parent] = pa
 	}
 	pa.max = d.ParentMax
+	pa.expire(now) // before the kid is looked up: it drops empty kids
 	k := pa.kids[d.Pool]
 	if k == nil {
 		k = &kid{}
 		pa.kids[d.Pool] = k
 	}
 	k.max, k.share, k.min = d.Max, max(d.Share, 1), d.Min
-	pa.expire(now)
 	granted := pa.fill(now)
 	ok, ahead := pa.take(d, k, t, now)
 	sh.mu.Unlock()

@@ -107,6 +107,7 @@ func Run(t *testing.T, ns Namespace, opts ...Option) {
 	if !c.grantsAll {
 		t.Run("ConnCaps", func(t *testing.T) { testConnCaps(t, ns) })
 		t.Run("Lines", func(t *testing.T) { testLines(t, ns) })
+		t.Run("Shares", func(t *testing.T) { testShares(t, ns) })
 	}
 }
 

@@ -1,0 +1,401 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// testShares runs the weight and parent tests on a keycap.Sharer.
+func testShares(t *testing.T, ns Namespace) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, open func() keycap.Store)
+	}{
+		{"WeightCountsSlots", testWeightCounts},
+		{"WeightedWaiterHoldsTheHead", testWeightedHead},
+		{"WeightedRenewAndRelease", testWeightedRenew},
+		{"ParentCapsTheTotal", testParentCaps},
+		{"FreedSlotGoesToTheKeyBelowItsShare", testFairHandoff},
+		{"SharesSplitTheFreedSlots", testShareSplit},
+		{"MinimumIsServedFirst", testMinimum},
+		{"FreshCallersDoNotOvertakeAFairerKey", testFairNoOvertaking},
+		{"ExpiryInAnyKeyHandsOn", testKidExpiry},
+		{"NotifiesOnTheParent", testParentNotifies},
+		{"KidLeaseRenewal", testKidRenew},
+		{"ParentNeverOverUnderContention", testParentContention},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			open := ns(t)
+			if _, ok := open().(keycap.Sharer); !ok {
+				t.Skip("the store keeps no weights or parents (keycap.Sharer)")
+			}
+			tc.fn(t, open)
+		})
+	}
+}
+
+func sharer(s keycap.Store) keycap.Sharer { return s.(keycap.Sharer) }
+
+// family is a parent of the tests.
+type family struct {
+	parent keycap.PoolID
+	max    int
+}
+
+func newFamily(name string, max int) family {
+	return family{parent: keycap.MustParent("storetest:"+name, max).Pool(), max: max}
+}
+
+func (f family) demand(key string, o keycap.Owner, max, weight int) keycap.Demand {
+	return keycap.Demand{
+		Pool: pool("kid:" + key), Owner: o, Max: max, TTL: time.Minute, Weight: weight,
+		Parent: f.parent, ParentMax: f.max, Share: 1,
+	}
+}
+
+func weighted(name string, o keycap.Owner, max, weight int) keycap.Demand {
+	return keycap.Demand{Pool: pool(name), Owner: o, Max: max, TTL: time.Minute, Weight: weight}
+}
+
+// take acquires (t nil) or queues d and checks the answer.
+func take(t *testing.T, s keycap.Store, d keycap.Demand, tk *keycap.Ticket, want bool) int {
+	t.Helper()
+	got, ahead, err := sharer(s).AcquireDemand(ctx(t), d, tk)
+	if err != nil {
+		t.Fatalf("AcquireDemand: %v", err)
+	}
+	if got != want {
+		t.Fatalf("AcquireDemand(weight %d, max %d, parent max %d, ticket %v) granted = %v, want %v", d.Weight, d.Max, d.ParentMax, tk != nil, got, want)
+	}
+	return ahead
+}
+
+func give(t *testing.T, s keycap.Store, d keycap.Demand, dequeue bool) {
+	t.Helper()
+	if err := sharer(s).ReleaseDemand(ctx(t), d, dequeue); err != nil {
+		t.Fatalf("ReleaseDemand: %v", err)
+	}
+}
+
+// testWeightCounts: a weighted lease takes its weight of max, beside plain
+// leases of the same pool, and frees it on release.
+func testWeightCounts(t *testing.T, open func() keycap.Store) {
+	s := open()
+	heavy := weighted("weights", keycap.NewOwner(), 5, 3)
+	take(t, s, heavy, nil, true)
+	a, b := keycap.NewOwner(), keycap.NewOwner()
+	mustAcquire(t, s, heavy.Pool, a, 5, time.Minute, true)
+	mustAcquire(t, s, heavy.Pool, b, 5, time.Minute, true)
+	mustAcquire(t, s, heavy.Pool, keycap.NewOwner(), 5, time.Minute, false)
+	take(t, s, weighted("weights", keycap.NewOwner(), 5, 2), nil, false)
+	take(t, s, heavy, nil, true) // held: extended
+	mustRelease(t, s, heavy.Pool, a)
+	take(t, s, weighted("weights", keycap.NewOwner(), 5, 2), nil, false) // 1 free
+	give(t, s, heavy, false)
+	other := weighted("weights", keycap.NewOwner(), 5, 4) // 4 free now
+	take(t, s, other, nil, true)
+	mustAcquire(t, s, heavy.Pool, keycap.NewOwner(), 5, time.Minute, false)
+}
+
+// testWeightedHead: a waiter of weight 2 at the head of the line is not
+// overtaken by callers of weight 1, and is served once 2 slots are free.
+func testWeightedHead(t *testing.T, open func() keycap.Store) {
+	s := open()
+	a, b := keycap.NewOwner(), keycap.NewOwner()
+	p := pool("head")
+	mustAcquire(t, s, p, a, 3, time.Minute, true)
+	mustAcquire(t, s, p, b, 3, time.Minute, true)
+	heavy := weighted("head", keycap.NewOwner(), 3, 2)
+	take(t, s, heavy, &longTicket, false) // 1 free: not enough
+	mustAcquire(t, s, p, keycap.NewOwner(), 3, time.Minute, false)
+	mustQueue(t, s, p, keycap.NewOwner(), 3, longTicket, false, 1)
+	mustRelease(t, s, p, a) // 2 free: handed to heavy
+	take(t, s, heavy, &longTicket, true)
+	mustAcquire(t, s, p, keycap.NewOwner(), 3, time.Minute, false)
+}
+
+// testWeightedRenew: renewing a weighted lease keeps all its slots, and
+// releasing it frees them all.
+func testWeightedRenew(t *testing.T, open func() keycap.Store) {
+	s := open()
+	d := weighted("wrenew", keycap.NewOwner(), 4, 4)
+	d.TTL = 400 * time.Millisecond
+	take(t, s, d, nil, true)
+	for range 3 {
+		time.Sleep(200 * time.Millisecond)
+		r := renew(t, s, keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 400 * time.Millisecond, Weight: 4})
+		if r[0].Lost || r[0].Err != nil {
+			t.Fatalf("renewal of a live weighted lease: lost %v, %v", r[0].Lost, r[0].Err)
+		}
+		mustAcquire(t, s, d.Pool, keycap.NewOwner(), 4, time.Minute, false)
+	}
+	give(t, s, d, false)
+	for range 4 {
+		mustAcquire(t, s, d.Pool, keycap.NewOwner(), 4, time.Minute, true)
+	}
+}
+
+// testParentCaps: a grant needs room in the key's pool and in the parent;
+// a key alone may borrow the parent's idle slots up to its own max.
+func testParentCaps(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("caps", 4)
+	for range 3 {
+		take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, true) // borrows
+	}
+	take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, false) // its own max
+	b := f.demand("b", keycap.NewOwner(), 3, 1)
+	take(t, s, b, nil, true)
+	take(t, s, f.demand("b", keycap.NewOwner(), 3, 1), nil, false) // the parent is full
+	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false)
+	give(t, s, b, false)
+	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, true)
+	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false)
+}
+
+// holdN holds n slots of key in f, and returns the demands.
+func holdN(t *testing.T, s keycap.Store, f family, key string, n, max int) []keycap.Demand {
+	t.Helper()
+	var ds []keycap.Demand
+	for range n {
+		d := f.demand(key, keycap.NewOwner(), max, 1)
+		take(t, s, d, nil, true)
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// testFairHandoff: with a busy key and a light one waiting, a freed slot
+// goes to the light one, though the busy one waited longer.
+func testFairHandoff(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("fair", 4)
+	held := holdN(t, s, f, "busy", 4, 4)
+	busy := []keycap.Demand{f.demand("busy", keycap.NewOwner(), 4, 1), f.demand("busy", keycap.NewOwner(), 4, 1)}
+	for _, d := range busy {
+		take(t, s, d, &longTicket, false)
+	}
+	light := f.demand("light", keycap.NewOwner(), 4, 1)
+	take(t, s, light, &longTicket, false)
+	give(t, s, held[0], false)
+	take(t, s, light, &longTicket, true) // holds 0 against busy's 3
+	take(t, s, busy[0], &longTicket, false)
+	give(t, s, held[1], false) // light 1, busy 2: busy's turn
+	take(t, s, busy[0], &longTicket, true)
+	take(t, s, busy[1], &longTicket, false)
+}
+
+// testShareSplit: keys of shares 2 and 1, both waiting, receive the freed
+// slots two to one.
+func testShareSplit(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("split", 6)
+	held := holdN(t, s, f, "filler", 6, 6)
+	var as, bs []keycap.Demand
+	for range 6 {
+		a := f.demand("a", keycap.NewOwner(), 6, 1)
+		a.Share = 2
+		take(t, s, a, &longTicket, false)
+		as = append(as, a)
+		b := f.demand("b", keycap.NewOwner(), 6, 1)
+		take(t, s, b, &longTicket, false)
+		bs = append(bs, b)
+	}
+	for _, d := range held {
+		give(t, s, d, false)
+	}
+	count := func(ds []keycap.Demand) int {
+		n := 0
+		for _, d := range ds {
+			if ok, _, err := sharer(s).AcquireDemand(ctx(t), d, &longTicket); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				n++
+			}
+		}
+		return n
+	}
+	if a, b := count(as), count(bs); a != 4 || b != 2 {
+		t.Fatalf("6 freed slots went %d to share 2 and %d to share 1, want 4 and 2", a, b)
+	}
+}
+
+// testMinimum: a key below its minimum is served before a key that holds
+// less for its share but has reached its minimum.
+func testMinimum(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("min", 4)
+	held := holdN(t, s, f, "filler", 2, 4)
+	holdN(t, s, f, "guaranteed", 2, 4)
+	other := f.demand("other", keycap.NewOwner(), 4, 1)
+	take(t, s, other, &longTicket, false)
+	gd := f.demand("guaranteed", keycap.NewOwner(), 4, 1)
+	gd.Min = 3
+	take(t, s, gd, &longTicket, false)
+	give(t, s, held[0], false) // guaranteed holds 2 < 3: before other's 0
+	take(t, s, gd, &longTicket, true)
+	take(t, s, other, &longTicket, false)
+	give(t, s, held[1], false)
+	take(t, s, other, &longTicket, true)
+}
+
+// testFairNoOvertaking: a fresh caller is refused while a key that comes
+// first by the share waits, even when the free slots are too few for the
+// waiter's weight; it is served once the waiter is.
+func testFairNoOvertaking(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("overtake", 3)
+	held := holdN(t, s, f, "a", 3, 3)
+	heavy := f.demand("b", keycap.NewOwner(), 3, 2)
+	take(t, s, heavy, &longTicket, false)
+	give(t, s, held[0], false)                                      // 1 free; heavy needs 2
+	take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, false) // a holds 2 > b's 0
+	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false) // a tie: the waiter first
+	give(t, s, held[1], false)
+	take(t, s, heavy, &longTicket, true)
+	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false) // full
+	give(t, s, held[2], false)
+	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, true)
+}
+
+// testKidExpiry: a lease of one key that expires is found by a call on
+// another key of the parent, and handed to the waiting one.
+func testKidExpiry(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("expiry", 1)
+	short := f.demand("a", keycap.NewOwner(), 1, 1)
+	short.TTL = 300 * time.Millisecond
+	take(t, s, short, nil, true)
+	waiter := f.demand("b", keycap.NewOwner(), 1, 1)
+	take(t, s, waiter, &longTicket, false)
+	time.Sleep(400 * time.Millisecond)
+	take(t, s, f.demand("c", keycap.NewOwner(), 1, 1), nil, false) // finds the expiry, hands on
+	if ok, _, err := sharer(s).AcquireDemand(ctx(t), waiter, &longTicket); err != nil || !ok {
+		t.Fatalf("the waiter was not handed the expired slot: %v, %v", ok, err)
+	}
+}
+
+// testParentNotifies: a handoff between keys is notified on the parent's
+// pool, to the client watching it.
+func testParentNotifies(t *testing.T, open func() keycap.Store) {
+	a, b := open(), open()
+	n, ok := b.(keycap.Notifier)
+	if !ok {
+		t.Skip("the store does not notify (keycap.Notifier)")
+	}
+	f := newFamily("notify", 1)
+	holder := f.demand("a", keycap.NewOwner(), 1, 1)
+	take(t, a, holder, nil, true)
+	waiter := f.demand("b", keycap.NewOwner(), 1, 1)
+	got := make(chan keycap.Owner, 8)
+	stop, err := n.Notify(ctx(t), f.parent, func(g []keycap.Owner) {
+		for _, o := range g {
+			select {
+			case got <- o:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	take(t, b, waiter, &longTicket, false)
+	give(t, a, holder, false)
+	select {
+	case o := <-got:
+		if o != waiter.Owner {
+			t.Fatalf("notified %s, want the waiter %s", o, waiter.Owner)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification on the parent within 5s")
+	}
+}
+
+// testKidRenew: a key's lease in a parent renews, and is reported lost
+// once expired.
+func testKidRenew(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("renew", 2)
+	d := f.demand("a", keycap.NewOwner(), 2, 2)
+	d.TTL = 300 * time.Millisecond
+	take(t, s, d, nil, true)
+	r := keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 300 * time.Millisecond, Weight: 2, Parent: f.parent}
+	if got := renew(t, s, r); got[0].Lost || got[0].Err != nil {
+		t.Fatalf("renewal of a live lease: lost %v, %v", got[0].Lost, got[0].Err)
+	}
+	take(t, s, f.demand("b", keycap.NewOwner(), 2, 1), nil, false)
+	time.Sleep(400 * time.Millisecond)
+	if got := renew(t, s, r); !got[0].Lost {
+		t.Fatal("renewal of an expired lease was not reported lost")
+	}
+	take(t, s, f.demand("b", keycap.NewOwner(), 2, 2), nil, true)
+}
+
+// testParentContention: Limiters on three clients, four keys of a parent
+// with weights 1 and 2, waiting in the lines: the parent and each key never
+// hold more than their max.
+func testParentContention(t *testing.T, open func() keycap.Store) {
+	const parentMax, kidMax, clients, perKey = 6, 4, 3, 4
+	parent := keycap.MustParent(fmt.Sprintf("storetest:contention:%d", time.Now().UnixNano()), parentMax)
+	keys := []string{"k0", "k1", "k2", "k3"}
+	var total atomic.Int64
+	var inKey [4]atomic.Int64
+	var over, overKey, grants atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for c := range clients {
+		l := newLimiter(t, open())
+		for ki, key := range keys {
+			weight := 1 + ki%2
+			lim := keycap.MustLimit("storetest:contention", key, kidMax, keycap.WithParent(parent), keycap.WithWeight(weight),
+				keycap.WithWait(time.Minute), keycap.WithFailMode(keycap.FailClosed), keycap.WithTTL(10*time.Second))
+			for range perKey {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						ls, err := l.Acquire(ctx, lim)
+						if err != nil {
+							if ctx.Err() == nil {
+								e := fmt.Errorf("client %d key %s: %w", c, key, err)
+								firstErr.CompareAndSwap(nil, &e)
+							}
+							return
+						}
+						grants.Add(1)
+						if n := total.Add(int64(weight)); n > parentMax {
+							over.Add(1)
+						}
+						if n := inKey[ki].Add(int64(weight)); n > kidMax {
+							overKey.Add(1)
+						}
+						time.Sleep(time.Millisecond)
+						inKey[ki].Add(-int64(weight))
+						total.Add(-int64(weight))
+						ls.Release()
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	if over.Load() > 0 || overKey.Load() > 0 {
+		t.Errorf("over the parent's max %d times, over a key's max %d times", over.Load(), overKey.Load())
+	}
+	if grants.Load() < 50 {
+		t.Errorf("%d grants in 3s: the line stalls", grants.Load())
+	}
+	t.Logf("%d grants in 3s, %d clients, %d keys", grants.Load(), clients, len(keys))
+}
