@@ -254,7 +254,7 @@ func testFairNoOvertaking(t *testing.T, open func() keycap.Store) {
 	held := holdN(t, s, f, "a", 3, 3)
 	heavy := f.demand("b", keycap.NewOwner(), 3, 2)
 	take(t, s, heavy, &longTicket, false)
-	give(t, s, held[0], false)                                      // 1 free; heavy needs 2
+	give(t, s, held[0], false)                                     // 1 free; heavy needs 2
 	take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, false) // a holds 2 > b's 0
 	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false) // a tie: the waiter first
 	give(t, s, held[1], false)
