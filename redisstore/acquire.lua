@@ -4,6 +4,7 @@
 -- ARGV[2]  max: leases the pool may hold at once (at least 1)
 -- ARGV[3]  ttl in milliseconds
 -- ARGV[4]  the wake-up channel
+-- ARGV[5]  the lease's weight (slots it takes), 1 when absent
 --
 -- Drops the expired leases and hands the freed slots to the line, then
 -- grants the owner a lease expiring ttl from now if it already holds one (a
@@ -11,7 +12,7 @@
 -- nobody waits in its line. The key expires with its last lease, so an idle
 -- pool leaves nothing behind. Returns 1 when granted, 0 when refused.
 local owner = ARGV[1]
-local max, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+local max, ttl, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5]) or 1
 local now = clock()
 
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
@@ -20,9 +21,9 @@ if waiting then
   fill(max, now, ARGV[4])
   waiting = redis.call('EXISTS', line) == 1
 end
-if not redis.call('ZSCORE', slots, owner) and (waiting or redis.call('ZCARD', slots) >= max) then
+if not redis.call('ZSCORE', slots, owner) and (waiting or redis.call('ZCARD', slots) + w > max) then
   return 0
 end
-redis.call('ZADD', slots, now + ttl, owner)
+lease(owner, w, now + ttl)
 keep(slots, ttl)
 return 1

@@ -14,6 +14,23 @@ local function clock()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
+-- member returns the i-th sorted-set member of owner's lease: a lease of
+-- weight w is its owner token and w-1 more members, owner .. '#' .. i, all
+-- of one expiry, so that ZCARD counts slots.
+local function member(o, i)
+  if i == 0 then
+    return o
+  end
+  return o .. '#' .. i
+end
+
+-- lease adds (or extends) owner's lease of weight w to expire at exp.
+local function lease(o, w, exp)
+  for i = 0, w - 1 do
+    redis.call('ZADD', slots, exp, member(o, i))
+  end
+end
+
 -- keep makes key live at least ms from now.
 local function keep(key, ms)
   if redis.call('PTTL', key) < ms then
@@ -23,8 +40,9 @@ end
 
 -- fill hands the free slots of the pool to the tickets at the head of its
 -- line, dropping the expired tickets it meets: each becomes a lease of its
--- owner that expires after the ticket's claim window. The owners served are
--- published on the channel, so that their waiters wake.
+-- owner that expires after the ticket's claim window. A ticket of weight w
+-- waits at the head until w slots are free. The owners served are published
+-- on the channel, so that their waiters wake.
 local function fill(max, now, channel)
   if not max or redis.call('EXISTS', line) == 0 then
     return
@@ -38,18 +56,22 @@ local function fill(max, now, channel)
     end
     local o = head[1]
     local m = redis.call('HGET', meta, o)
+    local exp, claim, w
+    if m then
+      exp, claim, w = string.match(m, '^(%d+):(%d+):?(%d*)$')
+      exp, claim, w = tonumber(exp), tonumber(claim), tonumber(w) or 1
+    end
+    if m and exp > now and not redis.call('ZSCORE', slots, o) then
+      if n + w > max then
+        break -- the head waits for w free slots
+      end
+      lease(o, w, now + claim)
+      keep(slots, claim)
+      n = n + w
+      served[#served + 1] = o
+    end
     redis.call('ZREM', line, o)
     redis.call('HDEL', meta, o)
-    if m then
-      local exp, claim = string.match(m, '^(%d+):(%d+)$')
-      exp, claim = tonumber(exp), tonumber(claim)
-      if exp > now and not redis.call('ZSCORE', slots, o) then
-        redis.call('ZADD', slots, now + claim, o)
-        keep(slots, claim)
-        n = n + 1
-        served[#served + 1] = o
-      end
-    end
   end
   if #served > 0 then
     local msg = table.concat(served)

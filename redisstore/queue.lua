@@ -6,6 +6,7 @@
 -- ARGV[4]  ttl of the ticket, in milliseconds
 -- ARGV[5]  claim window of the ticket, in milliseconds
 -- ARGV[6]  the wake-up channel
+-- ARGV[7]  the lease's weight, 1 when absent
 --
 -- Grants as acquire.lua does; when it refuses, the owner holds a ticket in
 -- the line (keeping its place if it had one), which expires after the
@@ -13,13 +14,14 @@
 -- {0, tickets ahead of the owner's} when refused.
 local owner = ARGV[1]
 local max, ttl, tttl, claim = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local w = tonumber(ARGV[7]) or 1
 local now = clock()
 
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
 fill(max, now, ARGV[6])
 local waiting = redis.call('EXISTS', line) == 1
-if redis.call('ZSCORE', slots, owner) or (not waiting and redis.call('ZCARD', slots) < max) then
-  redis.call('ZADD', slots, now + ttl, owner)
+if redis.call('ZSCORE', slots, owner) or (not waiting and redis.call('ZCARD', slots) + w <= max) then
+  lease(owner, w, now + ttl)
   keep(slots, ttl)
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)
@@ -29,7 +31,11 @@ end
 if not redis.call('ZSCORE', line, owner) then
   redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
 end
-redis.call('HSET', meta, owner, (now + tttl) .. ':' .. claim, 'max', max)
+local m = (now + tttl) .. ':' .. claim
+if w > 1 then
+  m = m .. ':' .. w
+end
+redis.call('HSET', meta, owner, m, 'max', max)
 keep(line, tttl + claim)
 keep(meta, tttl + claim)
 return {0, redis.call('ZRANK', line, owner)}

@@ -82,6 +82,10 @@ var (
 	//go:embed sync.lua
 	syncLua    string
 	syncScript = redis.NewScript(syncLua)
+
+	//go:embed share.lua
+	shareLua    string
+	shareScript = redis.NewScript(shareLua)
 )
 
 // Store is a keycap.Store on Redis.
@@ -103,6 +107,7 @@ var (
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
 	_ keycap.Liner  = (*Store)(nil)
+	_ keycap.Sharer = (*Store)(nil)
 
 	_ keycap.Notifier    = (*Store)(nil)
 	_ keycap.Partitioner = (*Store)(nil)
@@ -411,10 +416,17 @@ func (s *Store) Partition(pool keycap.PoolID) string {
 // Renew implements keycap.Store: one pipeline of EVALSHA, which go-redis
 // sends as one round trip per node.
 func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
-	return s.pipelined(ctx, renewScript, len(batch),
-		func(i int) (string, []any) {
+	return s.pipelined(ctx, len(batch),
+		func(i int) (*redis.Script, []string, []any) {
 			r := &batch[i]
-			return s.Key(r.Pool), []any{r.Owner[:], ms(r.TTL)}
+			switch {
+			case r.Parent != (keycap.PoolID{}):
+				keys, lines, channel := s.shareNames(r.Parent)
+				return shareScript, keys, []any{"renew", lines, channel, r.Pool.String(), r.Owner[:], max(r.Weight, 1), ms(r.TTL)}
+			case r.Weight > 1:
+				return renewScript, []string{s.Key(r.Pool)}, []any{r.Owner[:], ms(r.TTL), r.Weight}
+			}
+			return renewScript, []string{s.Key(r.Pool)}, []any{r.Owner[:], ms(r.TTL)}
 		},
 		func(i int, n int64, err error) {
 			batch[i].Lost, batch[i].Err = err == nil && n != 1, err
@@ -428,15 +440,15 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 // Sync implements keycap.Syncer: one pipeline of EVALSHA, one round trip per
 // node.
 func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
-	return s.pipelined(ctx, syncScript, len(batch),
-		func(i int) (string, []any) {
+	return s.pipelined(ctx, len(batch),
+		func(i int) (*redis.Script, []string, []any) {
 			sp := &batch[i]
 			args := make([]any, 0, 2+len(sp.Members))
 			args = append(args, node[:], ms(ttl))
 			for _, m := range sp.Members {
 				args = append(args, m[:])
 			}
-			return s.Key(sp.Pool), args
+			return syncScript, []string{s.Key(sp.Pool)}, args
 		},
 		func(i int, n int64, err error) {
 			batch[i].Removed, batch[i].Err = int(n), err
@@ -447,12 +459,12 @@ func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration,
 		})
 }
 
-// pipelined runs script once per item (whose key and arguments item gives)
-// in one pipeline, and hands each result to done. If Redis lost its script
+// pipelined runs one script per item (whose script, keys and arguments item
+// gives) in one pipeline, and hands each result to done. If Redis lost its script
 // cache (a restart, SCRIPT FLUSH), the scripts are loaded and the affected
 // items tried once more. It returns an error only when ctx ended, so that no
 // item's outcome is known.
-func (s *Store) pipelined(ctx context.Context, script *redis.Script, n int, item func(i int) (string, []any), done func(i int, result int64, err error)) error {
+func (s *Store) pipelined(ctx context.Context, n int, item func(i int) (*redis.Script, []string, []any), done func(i int, result int64, err error)) error {
 	todo := make([]int, n)
 	for i := range todo {
 		todo[i] = i
@@ -461,8 +473,8 @@ func (s *Store) pipelined(ctx context.Context, script *redis.Script, n int, item
 		cmds := make([]*redis.Cmd, len(todo))
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for j, i := range todo {
-				key, args := item(i)
-				cmds[j] = script.EvalSha(ctx, p, []string{key}, args...)
+				script, keys, args := item(i)
+				cmds[j] = script.EvalSha(ctx, p, keys, args...)
 			}
 			return nil
 		})
@@ -558,7 +570,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 // loadScripts loads every script on every node (go-redis's ClusterClient
 // sends SCRIPT LOAD to each master).
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript} {
+	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

@@ -1,0 +1,147 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+)
+
+// ShareKeys returns the Redis keys of parent's pools (keycap.Parent): the
+// leases of every key of the parent, the meta that counts them and keeps
+// the keys' lines' tickets, the set of keys that have a line, and the
+// prefix of each key's line (followed by the key's pool in hex). They all
+// share the parent's hash tag, so that one script decides for the parent
+// and its keys on one Redis Cluster slot.
+func (s *Store) ShareKeys(parent keycap.PoolID) (leases, meta, waiting, lines string) {
+	keys, lines, _ := s.shareNames(parent)
+	return keys[0], keys[1], keys[2], lines
+}
+
+func (s *Store) shareNames(parent keycap.PoolID) (keys []string, lines, channel string) {
+	h := parent.String()
+	p := s.prefix + "keycap:"
+	return []string{p + "share:{" + h + "}", p + "shmeta:{" + h + "}", p + "shwait:{" + h + "}"}, p + "shline:{" + h + "}:", p + "wake:{" + h + "}"
+}
+
+// members returns the sorted-set members of owner's lease of weight w in
+// a pool without a parent: the owner token, then owner#1 to owner#(w-1).
+func members(owner keycap.Owner, w int) []any {
+	m := make([]any, w)
+	m[0] = owner[:]
+	for i := 1; i < w; i++ {
+		m[i] = string(owner[:]) + "#" + strconv.Itoa(i)
+	}
+	return m
+}
+
+// AcquireDemand implements keycap.Sharer: one EVALSHA (and, with
+// WithReplicaAcks, a WAIT in the same round trip). A demand without a
+// parent runs the plain pool's acquire or queue script with its weight; one
+// with a parent runs share.lua on the parent's keys.
+func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+	var script *redis.Script
+	var keys []string
+	var args []any
+	w := max(d.Weight, 1)
+	switch {
+	case d.HasParent():
+		var lines, channel string
+		keys, lines, channel = s.shareNames(d.Parent)
+		var tttl, claim int64
+		if t != nil {
+			tttl, claim = ms(t.TTL), ms(t.Claim)
+		}
+		script = shareScript
+		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.ParentMax, max(d.Share, 1), d.Min, tttl, claim}
+	case t != nil:
+		var channel string
+		keys, channel = s.names(d.Pool)
+		script = queueScript
+		args = []any{d.Owner[:], d.Max, ms(d.TTL), ms(t.TTL), ms(t.Claim), channel, w}
+	default:
+		var channel string
+		keys, channel = s.names(d.Pool)
+		script = acquireScript
+		args = []any{d.Owner[:], d.Max, ms(d.TTL), channel, w}
+	}
+	var reply *redis.Cmd
+	var wait *redis.Cmd
+	var err error
+	if s.acks > 0 {
+		reply, wait, err = s.acked(ctx, script, keys, args...)
+	} else {
+		reply = script.Run(ctx, s.client, keys, args...)
+		if err = reply.Err(); err != nil {
+			s.failed(err)
+		}
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	var granted bool
+	var ahead int
+	if script == acquireScript {
+		n, err := reply.Int()
+		if err != nil {
+			return false, 0, fmt.Errorf("redisstore: acquire: %w", err)
+		}
+		granted = n == 1
+	} else {
+		res, err := reply.Int64Slice()
+		if err != nil || len(res) != 2 {
+			return false, 0, fmt.Errorf("redisstore: acquire: unexpected reply %v (%v)", res, err)
+		}
+		granted, ahead = res[0] == 1, int(res[1])
+	}
+	if granted && wait != nil {
+		got, werr := wait.Int64()
+		if werr != nil || got < int64(s.acks) {
+			_ = s.ReleaseDemand(context.WithoutCancel(ctx), d, t != nil)
+			if werr != nil {
+				return false, 0, fmt.Errorf("redisstore: acquire: WAIT: %w", werr)
+			}
+			return false, 0, fmt.Errorf("redisstore: acquire: %w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
+		}
+	}
+	return granted, ahead, nil
+}
+
+// ReleaseDemand implements keycap.Sharer: for a demand without a parent,
+// as Release (or Dequeue) does with the lease's members; with a parent, one
+// EVALSHA of share.lua.
+func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) error {
+	w := max(d.Weight, 1)
+	var err error
+	switch {
+	case d.HasParent():
+		keys, lines, channel := s.shareNames(d.Parent)
+		leave := 0
+		if dequeue {
+			leave = 1
+		}
+		err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave).Err()
+	case dequeue:
+		keys, channel := s.names(d.Pool)
+		err = releaseScript.Run(ctx, s.client, keys, d.Owner[:], 1, channel, w).Err()
+	default:
+		keys, channel := s.names(d.Pool)
+		var waiting *redis.IntCmd
+		_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, keys[0], members(d.Owner, w)...)
+			waiting = p.Exists(ctx, keys[1])
+			return nil
+		})
+		if err == nil && waiting.Val() == 1 {
+			err = releaseScript.Run(ctx, s.client, keys, d.Owner[:], 0, channel, w).Err()
+		}
+	}
+	if err != nil {
+		s.failed(err)
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	return nil
+}
