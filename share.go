@@ -73,7 +73,8 @@ type sharing struct {
 // so heavy callers are not starved by light ones. Between 1 and max.
 //
 // Leases of different weights may share a pool. Weights need a store that
-// keeps them (a Sharer: memstore, redisstore; nullstore grants everything).
+// keeps them (a Sharer: memstore, redisstore, pgstore; nullstore grants
+// everything).
 func WithWeight(n int) LimitOption { return LimitOption{field: fieldWeight, n: n} }
 
 // WithParent makes the limit's pools share the total of p: see Parent.
@@ -212,7 +213,8 @@ func (d *Demand) HasParent() bool { return d.Parent != PoolID{} }
 // handoffs (when it is a Notifier) on the parent's pool, whose line
 // decides, for a demand with a parent. A lease of a demand with a parent is
 // renewed through Renew with the Renewal's Weight and Parent set.
-// Implemented by memstore, nullstore and redisstore; storetest checks it.
+// Implemented by memstore, nullstore, pgstore and redisstore; storetest
+// checks it.
 type Sharer interface {
 	// AcquireDemand is Acquire for d (t nil), or Queue (t not nil): it
 	// grants d.Weight slots of d.Pool to d.Owner when its pool and its

@@ -1,4 +1,5 @@
--- keycap pgstore migration, version 2 (version 1 and the wait lines).
+-- keycap pgstore migration, version 3 (version 1, the wait lines, and weights
+-- and parents).
 --
 -- Tables and functions live in schema public, named with prefix
 -- keycap_. Every function is one decision, atomic on its own: call it
@@ -60,6 +61,18 @@ CREATE INDEX IF NOT EXISTS "keycap_ticket_line" ON "public"."keycap_ticket" (poo
 CREATE INDEX IF NOT EXISTS "keycap_ticket_expires_at" ON "public"."keycap_ticket" (expires_at);
 CREATE SEQUENCE IF NOT EXISTS "public"."keycap_ticket_arrival";
 
+-- Weights and parents (version 3). A lease or a ticket may take several
+-- slots (weight). A pool of a parent's key is stored as the parent's 16
+-- bytes followed by the key's: every key of a parent is one range of the
+-- primary key, locked by the parent's lock. A ticket of a parent's key
+-- keeps the key's max, share and minimum, and the parent's max, for the
+-- fill that another key's release runs.
+ALTER TABLE "public"."keycap_lease" ADD COLUMN IF NOT EXISTS weight integer NOT NULL DEFAULT 1;
+ALTER TABLE "public"."keycap_ticket" ADD COLUMN IF NOT EXISTS weight integer NOT NULL DEFAULT 1;
+ALTER TABLE "public"."keycap_ticket" ADD COLUMN IF NOT EXISTS share_ integer NOT NULL DEFAULT 1;
+ALTER TABLE "public"."keycap_ticket" ADD COLUMN IF NOT EXISTS min_ integer NOT NULL DEFAULT 0;
+ALTER TABLE "public"."keycap_ticket" ADD COLUMN IF NOT EXISTS parent_max integer;
+
 -- The pool's lock: transaction-scoped, in keycap's own advisory-lock class,
 -- so it never meets the application's locks.
 CREATE OR REPLACE FUNCTION "public"."keycap_lock"(p bytea) RETURNS void
@@ -100,18 +113,22 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    SELECT greatest(m - count(*), 0) INTO room FROM "public"."keycap_lease" WHERE pool = p;
+    SELECT greatest(m - coalesce(sum(l.weight), 0), 0) INTO room FROM "public"."keycap_lease" l WHERE l.pool = p;
     IF room = 0 THEN
         RETURN;
     END IF;
     -- A ticket whose owner already holds a lease takes no slot: it is dropped.
     DELETE FROM "public"."keycap_ticket" tk WHERE tk.pool = p
         AND EXISTS (SELECT 1 FROM "public"."keycap_lease" l WHERE l.pool = p AND l.owner = tk.owner);
-    FOR t IN SELECT tk.owner, tk.claim_ms FROM "public"."keycap_ticket" tk WHERE tk.pool = p ORDER BY tk.arrival LIMIT room LOOP
+    -- A ticket of weight n waits at the head until n slots are free.
+    FOR t IN SELECT tk.owner, tk.claim_ms, tk.weight FROM "public"."keycap_ticket" tk WHERE tk.pool = p ORDER BY tk.arrival LOOP
+        EXIT WHEN t.weight > room;
         DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = t.owner;
-        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, t.owner, now_ + t.claim_ms * interval '1 millisecond')
+        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at, weight) VALUES (p, t.owner, now_ + t.claim_ms * interval '1 millisecond', t.weight)
             ON CONFLICT ON CONSTRAINT "keycap_lease_pkey" DO NOTHING;
         served := served || t.owner;
+        room := room - t.weight;
+        EXIT WHEN room = 0;
     END LOOP;
     IF length(served) > 3900 THEN
         PERFORM pg_notify('public_keycap_wake', encode(p, 'hex')); -- too many to name: everyone looks
@@ -147,7 +164,7 @@ BEGIN
     IF waiting THEN
         RETURN false;
     END IF;
-    SELECT count(*) INTO held FROM "public"."keycap_lease" WHERE pool = p;
+    SELECT coalesce(sum(weight), 0) INTO held FROM "public"."keycap_lease" WHERE pool = p;
     IF held >= max_ THEN
         RETURN false;
     END IF;
@@ -184,7 +201,7 @@ BEGIN
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p)
-        AND (SELECT count(*) FROM "public"."keycap_lease" WHERE pool = p) < m THEN
+        AND (SELECT coalesce(sum(l.weight), 0) FROM "public"."keycap_lease" l WHERE l.pool = p) < m THEN
         INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, o, now_ + ttl_ms * interval '1 millisecond');
         granted := true;
         RETURN;
@@ -341,4 +358,205 @@ BEGIN
 END
 $$;
 
-INSERT INTO "public"."keycap_migration" (version) VALUES (1), (2) ON CONFLICT DO NOTHING;
+-- wtake: acquire (tttl_ms 0) or queue for a lease of weight w on a pool
+-- without a parent, whose plain leases count one slot each.
+CREATE OR REPLACE FUNCTION "public"."keycap_wtake"(p bytea, o bytea, m integer, ttl_ms bigint, w integer, tttl_ms bigint, claim bigint,
+    OUT granted boolean, OUT ahead integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz;
+    mine bigint;
+BEGIN
+    PERFORM "public"."keycap_lock"(p);
+    now_ := clock_timestamp();
+    DELETE FROM "public"."keycap_lease" WHERE pool = p AND expires_at <= now_;
+    PERFORM "public"."keycap_fill"(p, m, now_);
+    ahead := 0;
+    UPDATE "public"."keycap_lease" SET expires_at = now_ + ttl_ms * interval '1 millisecond'
+        WHERE pool = p AND owner = o;
+    IF FOUND THEN
+        DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = o;
+        granted := true;
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p)
+        AND (SELECT coalesce(sum(l.weight), 0) FROM "public"."keycap_lease" l WHERE l.pool = p) + w <= m THEN
+        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at, weight) VALUES (p, o, now_ + ttl_ms * interval '1 millisecond', w);
+        granted := true;
+        RETURN;
+    END IF;
+    granted := false;
+    IF tttl_ms = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO "public"."keycap_ticket" (pool, owner, arrival, expires_at, claim_ms, max_, weight)
+        VALUES (p, o, nextval('"public"."keycap_ticket_arrival"'), now_ + tttl_ms * interval '1 millisecond', claim, m, w)
+        ON CONFLICT ON CONSTRAINT "keycap_ticket_pkey" DO UPDATE
+        SET expires_at = excluded.expires_at, claim_ms = excluded.claim_ms, max_ = excluded.max_, weight = excluded.weight
+        RETURNING arrival INTO mine;
+    SELECT count(*) INTO ahead FROM "public"."keycap_ticket" WHERE pool = p AND arrival < mine;
+END
+$$;
+
+-- pbest: the waiting key of parent par that the next free slot goes to:
+-- among the keys whose head ticket fits their own max, a key below its
+-- minimum first, then the key holding the fewest slots for its share (its
+-- minimum, below it), the oldest head on a tie. No row when none waits.
+CREATE OR REPLACE FUNCTION "public"."keycap_pbest"(par bytea, now_ timestamptz)
+RETURNS TABLE (pool bytea, owner bytea, weight integer, claim_ms bigint, held bigint, share_ integer, min_ integer, parent_max integer)
+LANGUAGE sql AS $$
+    SELECT h.pool, h.owner, h.weight, h.claim_ms, c.held, h.share_, h.min_, h.parent_max
+    FROM (
+        SELECT DISTINCT ON (t.pool) t.pool, t.owner, t.arrival, t.weight, t.claim_ms, t.max_, t.share_, t.min_, t.parent_max
+        FROM "public"."keycap_ticket" t
+        WHERE t.pool BETWEEN par || '\x00000000000000000000000000000000'::bytea AND par || '\xffffffffffffffffffffffffffffffff'::bytea
+            AND t.expires_at > now_
+            AND NOT EXISTS (SELECT 1 FROM "public"."keycap_lease" l WHERE l.pool = t.pool AND l.owner = t.owner)
+        ORDER BY t.pool, t.arrival
+    ) h
+    CROSS JOIN LATERAL (SELECT coalesce(sum(l.weight), 0) AS held FROM "public"."keycap_lease" l WHERE l.pool = h.pool) c
+    WHERE c.held + h.weight <= h.max_
+    ORDER BY c.held < h.min_ DESC,
+        c.held::float8 / (CASE WHEN c.held < h.min_ THEN h.min_ ELSE h.share_ END),
+        h.arrival
+    LIMIT 1;
+$$;
+
+-- pheld: the slots held by every key of parent par.
+CREATE OR REPLACE FUNCTION "public"."keycap_pheld"(par bytea) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT coalesce(sum(l.weight), 0) FROM "public"."keycap_lease" l
+    WHERE l.pool BETWEEN par || '\x00000000000000000000000000000000'::bytea AND par || '\xffffffffffffffffffffffffffffffff'::bytea;
+$$;
+
+-- pfill: hand parent par's free slots to its waiting keys by the fair
+-- share (pbest), as leases expiring after each ticket's claim window, and
+-- announce the owners served on the parent. The best key's head waits
+-- until its weight fits: nobody overtakes it. pmax NULL: the parent's max
+-- of the newest ticket. The caller holds the parent's lock and has dropped
+-- its expired leases.
+CREATE OR REPLACE FUNCTION "public"."keycap_pfill"(par bytea, pmax integer, now_ timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    lo bytea := par || '\x00000000000000000000000000000000'::bytea;
+    hi bytea := par || '\xffffffffffffffffffffffffffffffff'::bytea;
+    total bigint;
+    b record;
+    served bytea := ''::bytea;
+BEGIN
+    DELETE FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi AND expires_at <= now_;
+    IF pmax IS NULL THEN
+        SELECT tk.parent_max INTO pmax FROM "public"."keycap_ticket" tk WHERE tk.pool BETWEEN lo AND hi ORDER BY tk.arrival DESC LIMIT 1;
+        IF pmax IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    total := "public"."keycap_pheld"(par);
+    LOOP
+        SELECT * INTO b FROM "public"."keycap_pbest"(par, now_);
+        EXIT WHEN b.pool IS NULL OR total + b.weight > pmax;
+        DELETE FROM "public"."keycap_ticket" WHERE pool = b.pool AND owner = b.owner;
+        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at, weight) VALUES (b.pool, b.owner, now_ + b.claim_ms * interval '1 millisecond', b.weight);
+        total := total + b.weight;
+        served := served || b.owner;
+    END LOOP;
+    IF length(served) > 3900 THEN
+        PERFORM pg_notify('public_keycap_wake', encode(par, 'hex'));
+    ELSIF length(served) > 0 THEN
+        PERFORM pg_notify('public_keycap_wake', encode(par, 'hex') || ':' || encode(served, 'hex'));
+    END IF;
+END
+$$;
+
+-- ptake: acquire (tttl_ms 0) or queue for a lease of weight w in key k of
+-- parent par: granted when the key's pool and the parent have room, nobody
+-- waits in the key's line, and no waiting key comes first by the share.
+CREATE OR REPLACE FUNCTION "public"."keycap_ptake"(par bytea, k bytea, o bytea, m integer, ttl_ms bigint, w integer,
+    pmax integer, sh integer, mn integer, tttl_ms bigint, claim bigint,
+    OUT granted boolean, OUT ahead integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    kp bytea := par || k;
+    now_ timestamptz;
+    held bigint;
+    b record;
+    mine bigint;
+    first boolean := true;
+BEGIN
+    PERFORM "public"."keycap_lock"(par);
+    now_ := clock_timestamp();
+    DELETE FROM "public"."keycap_lease" WHERE pool BETWEEN par || '\x00000000000000000000000000000000'::bytea
+        AND par || '\xffffffffffffffffffffffffffffffff'::bytea AND expires_at <= now_;
+    PERFORM "public"."keycap_pfill"(par, pmax, now_);
+    ahead := 0;
+    UPDATE "public"."keycap_lease" SET expires_at = now_ + ttl_ms * interval '1 millisecond'
+        WHERE pool = kp AND owner = o;
+    IF FOUND THEN
+        DELETE FROM "public"."keycap_ticket" WHERE pool = kp AND owner = o;
+        granted := true;
+        RETURN;
+    END IF;
+    SELECT coalesce(sum(l.weight), 0) INTO held FROM "public"."keycap_lease" l WHERE l.pool = kp;
+    IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = kp) AND held + w <= m
+        AND "public"."keycap_pheld"(par) + w <= pmax THEN
+        SELECT * INTO b FROM "public"."keycap_pbest"(par, now_);
+        IF b.pool IS NOT NULL THEN
+            IF (held < mn) <> (b.held < b.min_) THEN
+                first := held < mn;
+            ELSIF held < mn THEN
+                first := held * b.min_ < b.held * mn;
+            ELSE
+                first := held * b.share_ < b.held * sh;
+            END IF;
+        END IF;
+        IF first THEN
+            INSERT INTO "public"."keycap_lease" (pool, owner, expires_at, weight) VALUES (kp, o, now_ + ttl_ms * interval '1 millisecond', w);
+            granted := true;
+            RETURN;
+        END IF;
+    END IF;
+    granted := false;
+    IF tttl_ms = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO "public"."keycap_ticket" (pool, owner, arrival, expires_at, claim_ms, max_, weight, share_, min_, parent_max)
+        VALUES (kp, o, nextval('"public"."keycap_ticket_arrival"'), now_ + tttl_ms * interval '1 millisecond', claim, m, w, sh, mn, pmax)
+        ON CONFLICT ON CONSTRAINT "keycap_ticket_pkey" DO UPDATE
+        SET expires_at = excluded.expires_at, claim_ms = excluded.claim_ms, max_ = excluded.max_, weight = excluded.weight,
+            share_ = excluded.share_, min_ = excluded.min_, parent_max = excluded.parent_max
+        RETURNING arrival INTO mine;
+    SELECT count(*) INTO ahead FROM "public"."keycap_ticket" WHERE pool = kp AND arrival < mine;
+    IF random() < 0.01 THEN
+        PERFORM "public"."keycap_sweep"(now_);
+    END IF;
+END
+$$;
+
+-- pgive: free owner's lease in key k of parent par (with leave, take its
+-- ticket out of the line too), and hand the slots to the waiting keys.
+CREATE OR REPLACE FUNCTION "public"."keycap_pgive"(par bytea, k bytea, o bytea, leave boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    kp bytea := par || k;
+    lo bytea := par || '\x00000000000000000000000000000000'::bytea;
+    hi bytea := par || '\xffffffffffffffffffffffffffffffff'::bytea;
+    now_ timestamptz;
+BEGIN
+    PERFORM "public"."keycap_lock"(par);
+    DELETE FROM "public"."keycap_lease" WHERE pool = kp AND owner = o;
+    IF leave THEN
+        DELETE FROM "public"."keycap_ticket" WHERE pool = kp AND owner = o;
+    END IF;
+    IF EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi) THEN
+        now_ := clock_timestamp();
+        DELETE FROM "public"."keycap_lease" WHERE pool BETWEEN lo AND hi AND expires_at <= now_;
+        PERFORM "public"."keycap_pfill"(par, NULL, now_);
+    END IF;
+END
+$$;
+
+INSERT INTO "public"."keycap_migration" (version) VALUES (1), (2), (3) ON CONFLICT DO NOTHING;

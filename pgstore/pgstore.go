@@ -60,7 +60,7 @@ var migrationTmpl string
 var migration = template.Must(template.New("migration").Parse(migrationTmpl))
 
 // Version is the version of the schema this package installs.
-const Version = 2
+const Version = 3
 
 // Defaults.
 const (
@@ -85,6 +85,7 @@ var (
 	_ keycap.Pacer  = (*Store)(nil)
 	_ keycap.Syncer = (*Store)(nil)
 	_ keycap.Liner  = (*Store)(nil)
+	_ keycap.Sharer = (*Store)(nil)
 
 	_ keycap.Notifier = (*Store)(nil)
 )
@@ -210,6 +211,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		"pause":   "SELECT " + n.F("pause") + "($1, $2)",
 		"paused":  "SELECT " + n.F("paused") + "($1)",
 		"pace":    "SELECT " + n.F("pace") + "($1, $2, $3, $4)",
+		"wtake":   "SELECT granted, ahead FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
+		"ptake":   "SELECT granted, ahead FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4)",
 	}}
 	return s, nil
 }
@@ -279,7 +283,11 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	defer cancel()
 	pools, owners, ttls := make([][]byte, len(batch)), make([][]byte, len(batch)), make([]int64, len(batch))
 	for i := range batch {
-		pools[i], owners[i], ttls[i] = batch[i].Pool[:], batch[i].Owner[:], ms(batch[i].TTL)
+		r := &batch[i]
+		pools[i], owners[i], ttls[i] = r.Pool[:], r.Owner[:], ms(r.TTL)
+		if r.Parent != (keycap.PoolID{}) {
+			pools[i] = append(r.Parent[:], r.Pool[:]...) // a parent's key: see the migration
+		}
 	}
 	rows, err := s.pool.Query(ctx, s.sql["renew"], pools, owners, ttls)
 	if err != nil {

@@ -30,6 +30,7 @@ var interfaces = map[string]func(keycap.Store) bool{
 	"Partitioner": func(s keycap.Store) bool { _, ok := s.(keycap.Partitioner); return ok },
 	"Liner":       func(s keycap.Store) bool { _, ok := s.(keycap.Liner); return ok },
 	"Notifier":    func(s keycap.Store) bool { _, ok := s.(keycap.Notifier); return ok },
+	"Sharer":      func(s keycap.Store) bool { _, ok := s.(keycap.Sharer); return ok },
 }
 
 var implementedBy = regexp.MustCompile(`Implemented by ([a-z, ]+?)(?:;|\.)`)
