@@ -79,3 +79,33 @@ func ExampleLimiters_testing() {
 	// limited by exports: true
 	// 429 1
 }
+
+// A total shared fairly: at most 50 exports at once across every tenant, at
+// most 10 per tenant; a tenant on the enterprise plan counts as three when
+// the total is contended, and a full-table export costs 3 slots.
+func ExampleSlots_Parent() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	limits, _ := httplimit.New(limiter)
+	exports := keycap.MustParent("exports", 50)
+
+	_ = limits.For("exports", func(r *http.Request) httplimit.Rule {
+		s := httplimit.Max(10).By("tenant:" + r.Header.Get("X-Tenant")).Parent(exports).Wait(5 * time.Second)
+		if r.Header.Get("X-Plan") == "enterprise" { // your own lookup
+			s = s.Share(3)
+		}
+		if r.URL.Query().Get("full") == "1" {
+			s = s.Weight(3)
+		}
+		return s
+	})
+	route := limits.Must("exports")(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "export started")
+	}))
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/exports?full=1", nil)
+	r.Header.Set("X-Tenant", "acme")
+	route.ServeHTTP(w, r)
+	fmt.Print(w.Code, " ", w.Body)
+	// Output: 200 export started
+}

@@ -269,6 +269,18 @@ func newLimit(name, key string, s Slots) (keycap.Limit, error) {
 	if s.budgetSet {
 		opts = append(opts, keycap.WithBudget(s.budget))
 	}
+	if s.weight != 0 {
+		opts = append(opts, keycap.WithWeight(s.weight))
+	}
+	if s.parent != nil {
+		opts = append(opts, keycap.WithParent(*s.parent))
+	}
+	if s.share != 0 {
+		opts = append(opts, keycap.WithShare(s.share))
+	}
+	if s.minSet {
+		opts = append(opts, keycap.WithMinimum(s.min))
+	}
 	return keycap.NewLimit(name, key, s.max, opts...)
 }
 

@@ -31,6 +31,11 @@ type Slots struct {
 	ttlSet     bool
 	retrySet   bool
 	budgetSet  bool
+	weight     int // 0: not set
+	share      int // 0: not set
+	min        int
+	minSet     bool
+	parent     *keycap.Parent
 }
 
 // ResponseFunc writes the response to a refused request. err names the limit
@@ -77,6 +82,26 @@ func (s Slots) FailClosed() Slots { s.fail = keycap.FailClosed; return s }
 // decide before it counts as failed and the fail mode applies (default: the
 // Limiter's, keycap.WithDecisionBudget). Positive.
 func (s Slots) Budget(d time.Duration) Slots { s.budget, s.budgetSet = d, true; return s }
+
+// Weight makes the request take n of the key's slots instead of one: an
+// export that costs 3 of Max(10), beside reads of weight 1 on the same
+// limiter and key (keycap.WithWeight). Between 1 and the max.
+func (s Slots) Weight(n int) Slots { s.weight = n; return s }
+
+// Parent makes the key's slots share the total of p with every other key
+// of the limiter (and any other limit that names p): a request needs room in
+// its key's pool and in p; while keys wait, p's freed slots go to them by
+// their fair share (keycap.Parent). The max must not exceed p's.
+func (s Slots) Parent(p keycap.Parent) Slots { s.parent = &p; return s }
+
+// Share sets the key's weight in its parent's fair share (default 1): a
+// tenant of share 3 is served as three tenants of share 1
+// (keycap.WithShare). Needs Parent.
+func (s Slots) Share(n int) Slots { s.share = n; return s }
+
+// Minimum makes the key served first while it holds fewer than n of its
+// parent's slots (keycap.WithMinimum). Needs Parent.
+func (s Slots) Minimum(n int) Slots { s.min, s.minSet = n, true; return s }
 
 func (s Slots) retry() time.Duration {
 	if s.retrySet {
