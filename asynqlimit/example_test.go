@@ -98,3 +98,28 @@ func ExampleRespectPauses() {
 	})
 	// ... run mux on a server configured as in Example (IsFailure, RetryDelayFunc) ...
 }
+
+// A total shared fairly by tenants: at most 20 reports at once on every
+// server together, at most 5 per tenant, and while tenants wait, freed
+// slots go to them by their fair share, not to whoever enqueued most.
+func ExampleMiddleware_parent() {
+	var jobs *joblimit.Limiter // joblimit.New(limiter), as in Example
+	reports := keycap.MustParent("reports", 20)
+
+	mux := asynq.NewServeMux()
+	mux.Use(asynqlimit.Middleware(jobs, func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool) {
+		var p struct {
+			Tenant string
+			Heavy  bool
+		}
+		if t.Type() != "report" || json.Unmarshal(t.Payload(), &p) != nil {
+			return joblimit.Rule{}, false
+		}
+		opts := []joblimit.Option{joblimit.WithParent(reports)}
+		if p.Heavy {
+			opts = append(opts, joblimit.WithWeight(2)) // a heavy report takes two slots
+		}
+		return joblimit.MustRule("tenant:"+p.Tenant, 5, opts...), true
+	}))
+	_ = mux
+}

@@ -73,3 +73,25 @@ func ExampleLimiter_For() {
 	})
 	// Output: refund skipped by pool job for stripe:acct_1
 }
+
+// Customers share a total: at most 2 syncs at once in all, at most 2 per
+// customer. With the total in use, a third customer's job is refused (and
+// goes back to its queue), though its own pool is empty.
+func ExampleWithParent() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	jobs, _ := joblimit.New(limiter)
+	total := keycap.MustParent("syncs", 2)
+	rule := func(customer string) joblimit.Rule {
+		return joblimit.MustRule("customer:"+customer, 2, joblimit.WithParent(total), joblimit.WithWaitInPlace(0))
+	}
+	ctx := context.Background()
+	_ = jobs.Run(ctx, rule("a"), jobtype.Job{Kind: "Sync", ID: "1"}, func(ctx context.Context) error {
+		return jobs.Run(ctx, rule("b"), jobtype.Job{Kind: "Sync", ID: "2"}, func(ctx context.Context) error {
+			err := jobs.Run(ctx, rule("c"), jobtype.Job{Kind: "Sync", ID: "3"}, func(context.Context) error { return nil })
+			fmt.Println("c refused:", errors.Is(err, keycap.ErrLimitExceeded))
+			return nil
+		})
+	})
+	// Output: c refused: true
+}

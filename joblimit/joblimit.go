@@ -64,7 +64,7 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 	if wait := rule.inPlace(ctx); wait > 0 {
 		opts = append(opts, keycap.WithWait(wait))
 	}
-	lim, err := keycap.NewLimit(pool, key, rule.max, opts...)
+	lim, err := keycap.NewLimit(pool, key, rule.max, rule.limitOptions(opts)...)
 	if err != nil {
 		return err
 	}

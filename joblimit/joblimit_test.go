@@ -84,12 +84,18 @@ func TestNewRuleNamesTheInvalidField(t *testing.T) {
 		"budget":        {joblimit.WithBudget(0)},
 		"fail mode":     {joblimit.WithFailMode(9)},
 		"deadline":      {joblimit.WithDeadline(-time.Minute)},
+		"weight":        {joblimit.WithWeight(2)},
+		"share":         {joblimit.WithShare(2)},
 	} {
 		_, err := joblimit.NewRule("k", 1, opts...)
 		var ie *keycap.InvalidLimitError
 		if !errors.As(err, &ie) || ie.Field != strings.TrimSpace(field) {
 			t.Errorf("%s: got %v", field, err)
 		}
+	}
+	var ie *keycap.InvalidLimitError
+	if _, err := joblimit.NewRule("k", 3, joblimit.WithParent(keycap.MustParent("small", 2))); !errors.As(err, &ie) || ie.Field != "max" {
+		t.Errorf("a rule above its parent: %v", err)
 	}
 	if _, err := joblimit.NewRule("k", -1); err == nil {
 		t.Error("negative limit accepted")
@@ -338,5 +344,29 @@ func TestParkedJobIsWokenAndKeepsItsPlace(t *testing.T) {
 	}
 	if ran, err := run(jl, rule, parked); !ran || err != nil {
 		t.Fatalf("the woken job: ran %v, %v", ran, err)
+	}
+}
+
+// TestParentSharedByCustomers: two customers' jobs share a total of 2; a
+// weighted job takes both.
+func TestParentSharedByCustomers(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	total := keycap.MustParent("joblimit-test-total", 2)
+	rule := func(customer string, opts ...joblimit.Option) joblimit.Rule {
+		return joblimit.MustRule("customer:"+customer, 2, append([]joblimit.Option{joblimit.WithParent(total), joblimit.WithWaitInPlace(0)}, opts...)...)
+	}
+	release := hold(t, jl, rule("a"), job)
+	if ran, err := run(jl, rule("b"), jobtype.Job{Kind: "SyncCalendar", ID: "2"}); !ran || err != nil {
+		t.Fatalf("b's first job beside a's: %v %v", ran, err)
+	}
+	releaseB := hold(t, jl, rule("b"), jobtype.Job{Kind: "SyncCalendar", ID: "3"})
+	if ran, err := run(jl, rule("c"), jobtype.Job{Kind: "SyncCalendar", ID: "4"}); ran || !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatalf("c's job with the total full: ran %v, %v", ran, err)
+	}
+	release()
+	releaseB()
+	if ran, err := run(jl, rule("c", joblimit.WithWeight(2)), jobtype.Job{Kind: "SyncCalendar", ID: "5"}); !ran || err != nil {
+		t.Fatalf("a job of weight 2 with the total free: %v %v", ran, err)
 	}
 }

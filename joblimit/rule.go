@@ -60,6 +60,11 @@ type Rule struct {
 	waitSet      bool
 	parkFor      time.Duration
 	noHandoff    bool
+	weight       int // 0: not set
+	parent       *keycap.Parent
+	share        int // 0: not set
+	min          int
+	minSet       bool
 }
 
 // An Option sets an optional field of a Rule.
@@ -141,6 +146,41 @@ func WithParkFor(d time.Duration) Option { return Option{func(r *Rule) { r.parkF
 // as keycap did before lines. Waiting in place still applies.
 func WithoutHandoff() Option { return Option{func(r *Rule) { r.noHandoff = true }} }
 
+// WithWeight makes each job of the rule take n of its key's slots instead
+// of one: a job that costs 3 of max 10 (keycap.WithWeight).
+func WithWeight(n int) Option { return Option{func(r *Rule) { r.weight = n }} }
+
+// WithParent makes the rule's keys share the total of p: a job needs room
+// in its key's pool and in p, and while keys wait, p's freed slots go to
+// them by their fair share, so one customer's flood of jobs cannot starve
+// the others (keycap.Parent). The rule's max must not exceed p's.
+func WithParent(p keycap.Parent) Option { return Option{func(r *Rule) { r.parent = &p }} }
+
+// WithShare sets the key's weight in its parent's fair share (default 1;
+// keycap.WithShare). Needs WithParent.
+func WithShare(n int) Option { return Option{func(r *Rule) { r.share = n }} }
+
+// WithMinimum makes the key served first while it holds fewer than n of its
+// parent's slots (keycap.WithMinimum). Needs WithParent.
+func WithMinimum(n int) Option { return Option{func(r *Rule) { r.min, r.minSet = n, true }} }
+
+// limitOptions returns the keycap options of the rule's weight and parent.
+func (r Rule) limitOptions(opts []keycap.LimitOption) []keycap.LimitOption {
+	if r.weight != 0 {
+		opts = append(opts, keycap.WithWeight(r.weight))
+	}
+	if r.parent != nil {
+		opts = append(opts, keycap.WithParent(*r.parent))
+	}
+	if r.share != 0 {
+		opts = append(opts, keycap.WithShare(r.share))
+	}
+	if r.minSet {
+		opts = append(opts, keycap.WithMinimum(r.min))
+	}
+	return opts
+}
+
 // NewRule returns a rule letting at most max jobs run at once per key (0
 // refuses every job). An invalid setting returns a *keycap.InvalidLimitError
 // naming it.
@@ -175,6 +215,12 @@ func NewRule(key string, max int, opts ...Option) (Rule, error) {
 		return Rule{}, invalid("wait in place", r.waitInPlace.String(), "must be at least 0")
 	case r.parkFor <= 0:
 		return Rule{}, invalid("park for", r.parkFor.String(), "must be positive")
+	}
+	if r.weight != 0 || r.parent != nil || r.share != 0 || r.minSet {
+		// Checked as keycap checks the limit each job builds.
+		if _, err := keycap.NewLimit("job", r.key, r.max, r.limitOptions(nil)...); err != nil {
+			return Rule{}, err
+		}
 	}
 	return r, nil
 }

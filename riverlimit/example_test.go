@@ -234,3 +234,47 @@ func ExamplePaceJobs() {
 		log.Fatal(err)
 	}
 }
+
+// A total shared fairly by customers: at most 40 exports at once in all,
+// at most 10 per customer; while customers wait, each freed slot goes to
+// the one furthest below its fair share, so a customer who enqueues
+// thousands of exports cannot starve one who enqueues two. Customers on the
+// enterprise plan count double, and a full export costs 3 slots.
+func ExampleMiddleware_parent() {
+	var jobs *joblimit.Limiter // joblimit.New(limiter), as in Example
+	var pool *pgxpool.Pool     // as in Example
+	exports := keycap.MustParent("exports", 40)
+
+	type args struct {
+		Customer   string `json:"customer"`
+		Enterprise bool   `json:"enterprise"`
+		Full       bool   `json:"full"`
+	}
+	middleware := riverlimit.Middleware(jobs, func(job *rivertype.JobRow) (joblimit.Rule, bool) {
+		var a args
+		if job.Kind != "export" || json.Unmarshal(job.EncodedArgs, &a) != nil {
+			return joblimit.Rule{}, false
+		}
+		opts := []joblimit.Option{joblimit.WithParent(exports)}
+		if a.Enterprise {
+			opts = append(opts, joblimit.WithShare(2))
+		}
+		if a.Full {
+			opts = append(opts, joblimit.WithWeight(3))
+		}
+		return joblimit.MustRule("customer:"+a.Customer, 10, opts...), true
+	})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &ExportWorker{})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:     map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 50}},
+		Workers:    workers,
+		Middleware: []rivertype.Middleware{middleware},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
