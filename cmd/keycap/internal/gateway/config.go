@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -36,9 +37,21 @@ type Config struct {
 	Store           StoreConfig    `yaml:"store"`
 	ClientIP        ClientIPConfig `yaml:"client_ip"`
 	JWT             *JWTConfig     `yaml:"jwt"`
+	Parents         []ParentConfig `yaml:"parents"`
 	Routes          []RouteConfig  `yaml:"routes"`
 	Pusher          *PusherConfig  `yaml:"pusher"`
 }
+
+// ParentConfig is a total shared by the keys of the limits that name it
+// (keycap.Parent).
+type ParentConfig struct {
+	Name   string `yaml:"name"`
+	Max    *int   `yaml:"max"`
+	Parent string `yaml:"parent"` // refused: parents have no parent
+}
+
+// MaxShare bounds a key's share, from the table or from a claim.
+const MaxShare = 10000
 
 // LogConfig sets the gateway's logs.
 type LogConfig struct {
@@ -130,6 +143,14 @@ type LimitConfig struct {
 	TTL        *Duration `yaml:"ttl"` // default 30s; at least 1ms
 	FailMode   string    `yaml:"fail_mode"`
 	Budget     Duration  `yaml:"budget"` // default the store's
+
+	// Weights and fair shares (keycap.Parent).
+	Weight  int            `yaml:"weight"`   // slots each request takes; default 1
+	Parent  string         `yaml:"parent"`   // the name of a parents: entry whose total the keys share
+	Share   int            `yaml:"share"`    // each key's share of the parent; default 1
+	Shares  map[string]int `yaml:"shares"`   // per value (the key's, or share_by's): its share
+	ShareBy string         `yaml:"share_by"` // header:NAME or claim:NAME to look shares up by; a claim without shares is the share itself
+	Min     int            `yaml:"min"`      // slots up to which each key is served first
 }
 
 // What a limit does with a request that lacks its key (on_missing).
@@ -505,10 +526,11 @@ func (v *validator) validate(c *Config) {
 			}
 		}
 	}
+	parents := v.parents(c.Parents)
 	pools := map[string]int{}
 	mux := http.NewServeMux()
 	for i, r := range c.Routes {
-		v.route(i, r, c, pools, mux)
+		v.route(i, r, c, pools, mux, parents)
 	}
 	if c.Pusher != nil {
 		v.pusher(c.Pusher)
@@ -574,7 +596,92 @@ func (v *validator) store(s *StoreConfig) {
 	v.nonNegative(p("store", "budget"), s.Budget)
 }
 
-func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int, mux *http.ServeMux) {
+// parents checks the parents and returns their max by name.
+func (v *validator) parents(ps []ParentConfig) map[string]int {
+	out := map[string]int{}
+	for i, pc := range ps {
+		pp := func(f string) []any { return p("parents", i, f) }
+		switch {
+		case pc.Name == "":
+			v.errf(pp("name"), "required: the name limits give as parent:")
+		case out[pc.Name] != 0:
+			v.errf(pp("name"), "two parents named %q", pc.Name)
+		}
+		switch {
+		case pc.Max == nil:
+			v.errf(pp("max"), "required: slots the keys may hold at once in all")
+		case *pc.Max < 1:
+			v.errf(pp("max"), "must be at least 1, not %d", *pc.Max)
+		}
+		if pc.Parent != "" {
+			v.errf(pp("parent"), "a parent has no parent: totals are one level, so no chain or cycle of parents can form")
+		}
+		if pc.Name != "" && pc.Max != nil && *pc.Max >= 1 {
+			out[pc.Name] = *pc.Max
+		}
+	}
+	return out
+}
+
+// sharing checks a limit's weight, parent and shares.
+func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, parents map[string]int) {
+	max := 0
+	if l.Max != nil {
+		max = *l.Max
+	}
+	switch {
+	case l.Weight < 0:
+		v.errf(lp("weight"), "must be at least 1, not %d", l.Weight)
+	case l.Weight > 0 && max > 0 && l.Weight > max:
+		v.errf(lp("weight"), "%d is above the limit's max %d: no request could ever be granted", l.Weight, max)
+	}
+	if l.Parent == "" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"share", l.Share != 0}, {"shares", len(l.Shares) > 0}, {"share_by", l.ShareBy != ""}, {"min", l.Min != 0}} {
+			if f.set {
+				v.errf(lp(f.name), "needs parent: (a share is of a parent's total)")
+			}
+		}
+		return
+	}
+	pmax, ok := parents[l.Parent]
+	switch {
+	case !ok:
+		names := make([]string, 0, len(c.Parents))
+		for _, pc := range c.Parents {
+			names = append(names, pc.Name)
+		}
+		v.errf(lp("parent"), "unknown parent %q (parents: %s)", l.Parent, strings.Join(names, ", "))
+	case max > pmax:
+		v.errf(lp("max"), "%d is above its parent %q's max %d", max, l.Parent, pmax)
+	}
+	if l.Share < 0 || l.Share > MaxShare {
+		v.errf(lp("share"), "must be between 1 and %d, not %d", MaxShare, l.Share)
+	}
+	for k, n := range l.Shares {
+		if n < 1 || n > MaxShare {
+			v.errf(append(lp("shares"), k), "must be between 1 and %d, not %d", MaxShare, n)
+		}
+	}
+	if l.Min < 0 || l.Min > max {
+		v.errf(lp("min"), "must be between 0 and the limit's max %d, not %d", max, l.Min)
+	}
+	if l.ShareBy != "" {
+		src, err := parseKey(l.ShareBy)
+		switch {
+		case err != nil || (src.kind != "header" && src.kind != "claim"):
+			v.errf(lp("share_by"), "invalid %q: header:NAME or claim:NAME", l.ShareBy)
+		case src.kind == "claim" && c.JWT == nil:
+			v.errf(lp("share_by"), "%q needs the jwt section, to verify the tokens it reads", l.ShareBy)
+		case src.kind == "header" && len(l.Shares) == 0:
+			v.errf(lp("share_by"), "a header is set by the client: give shares:, the table of its values, rather than trust it as a number")
+		}
+	}
+}
+
+func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int, mux *http.ServeMux, parents map[string]int) {
 	rp := func(f ...any) []any { return append(p("routes", i), f...) }
 	if r.Name == "" {
 		v.errf(rp("name"), "required")
@@ -646,6 +753,7 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 		}
 		v.failMode(lp("fail_mode"), l.FailMode)
 		v.nonNegative(lp("budget"), l.Budget)
+		v.sharing(lp, l, c, parents)
 		switch l.OnMissing {
 		case "", MissingIP, MissingRefuse:
 		default:
@@ -688,6 +796,10 @@ func sameLimits(a, b []LimitConfig) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || !sameDuration(x.TTL, y.TTL) || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing || x.Budget != y.Budget {
+			return false
+		}
+		// The weight may differ: routes of one pool that cost more or less.
+		if x.Parent != y.Parent || x.Share != y.Share || x.ShareBy != y.ShareBy || x.Min != y.Min || !maps.Equal(x.Shares, y.Shares) {
 			return false
 		}
 	}

@@ -105,6 +105,45 @@ pusher:
 		{"jwt", "upstream: http://x\njwt: {hs256_secret: short}\n", []string{"line 2, column 21: jwt.hs256_secret: too short"}},
 		{"jwt key file missing", "upstream: http://x\njwt:\n  public_key_file: /nonexistent/key.pem\n", []string{"line 3, column 20: jwt.public_key_file: open /nonexistent/key.pem: no such file"}},
 		{"jwt key file not a key", "upstream: http://x\njwt:\n  public_key_file: " + keyFile + "\n", []string{"line 3, column 20: jwt.public_key_file: " + keyFile + ": neither an RSA nor an ECDSA public key"}},
+		{"parents and shares", `upstream: http://x
+parents:
+  - {name: exports, max: 10}
+  - {name: exports, max: 0}
+  - {name: chained, max: 5, parent: exports}
+routes:
+  - name: a
+    path: /a
+    limits:
+      - max: 12
+        parent: exports
+        weight: 13
+        min: 20
+        shares: {acme: 0}
+      - max: 2
+        key: "header:X-Tenant"
+        parent: nowhere
+      - max: 2
+        key: "header:X-User"
+        share: 3
+        share_by: "header:X-Plan"
+  - name: b
+    path: /b
+    limits:
+      - {max: 2, key: "header:X", parent: exports, share_by: "header:X-Plan"}
+`, []string{
+			"line 4, column 12: parents[1].name: two parents named \"exports\"",
+			"line 4, column 26: parents[1].max: must be at least 1",
+			"line 5, column 37: parents[2].parent: a parent has no parent",
+			"line 10, column 14: routes[0].limits[0].max: 12 is above its parent \"exports\"'s max 10",
+			"line 12, column 17: routes[0].limits[0].weight: 13 is above the limit's max 12",
+			"line 13, column 14: routes[0].limits[0].min: must be between 0 and the limit's max 12",
+			"line 14, column 24: routes[0].limits[0].shares.acme: must be between 1 and",
+			"line 17, column 17: routes[0].limits[1].parent: unknown parent \"nowhere\" (parents: exports, exports, chained)",
+			"line 20, column 16: routes[0].limits[2].share: needs parent:",
+			"line 21, column 19: routes[0].limits[2].share_by: needs parent:",
+			"routes[0].limits[0].weight",
+			"line 25, column 62: routes[1].limits[0].share_by: a header is set by the client",
+		}},
 		{"env not set", "upstream: http://x\nstore:\n  password: ${KEYCAP_TEST_UNSET_VARIABLE}\n", []string{"line 3, column 13: store.password: environment variable KEYCAP_TEST_UNSET_VARIABLE is not set"}},
 	}
 	for _, tc := range cases {

@@ -269,6 +269,12 @@ func (rt *router) routes(g *Gateway) (err error) {
 		return nil
 	}
 	rt.handlers = map[string]http.Handler{}
+	parents := map[string]keycap.Parent{}
+	for _, pc := range cfg.Parents {
+		if parents[pc.Name], err = keycap.NewParent("gateway:"+pc.Name, *pc.Max); err != nil {
+			return err
+		}
+	}
 	registered := map[string]bool{}
 	catchAll := true // the unlimited default route, unless a route takes "/"
 	for _, r := range cfg.Routes {
@@ -284,7 +290,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 			return err
 		}
 		if !registered[r.Pool] {
-			if err := limits.For(r.Pool, ruleFor(r)); err != nil {
+			if err := limits.For(r.Pool, ruleFor(r, parents)); err != nil {
 				return err
 			}
 			registered[r.Pool] = true
@@ -450,17 +456,36 @@ func newKeyer(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) *key
 	k := &keyer{cip: cip, verify: verify}
 	for _, l := range r.Limits {
 		src, _ := parseKey(l.Key) // validated
-		k.limits = append(k.limits, limitKey{src: src, onMissing: l.OnMissing})
+		lk := limitKey{src: src, onMissing: l.OnMissing}
+		if l.Parent != "" && (len(l.Shares) > 0 || l.ShareBy != "") {
+			lk.share = &shareRule{table: l.Shares, def: max(l.Share, 1)}
+			if l.ShareBy != "" {
+				by, _ := parseKey(l.ShareBy) // validated
+				lk.share.by = &by
+			}
+		}
+		k.limits = append(k.limits, lk)
+	}
+	for i, l := range r.Limits {
+		if l.Weight > 1 {
+			if k.weights == nil {
+				k.weights = make([]int, len(r.Limits))
+			}
+			k.weights[i] = l.Weight
+		}
 	}
 	return k
 }
 
 // ruleFor turns a route's limits into an httplimit rule, keyed by the keys
 // its routeHandler found.
-func ruleFor(r RouteConfig) httplimit.LimitFunc {
+func ruleFor(r RouteConfig, parents map[string]keycap.Parent) httplimit.LimitFunc {
 	slots := make([]httplimit.Slots, len(r.Limits))
 	for i, l := range r.Limits {
 		s := httplimit.Max(*l.Max).Wait(time.Duration(l.Wait))
+		if l.Parent != "" {
+			s = s.Parent(parents[l.Parent]).Share(max(l.Share, 1)).Minimum(l.Min)
+		}
 		if l.TTL != nil {
 			s = s.TTL(time.Duration(*l.TTL))
 		}
@@ -479,13 +504,23 @@ func ruleFor(r RouteConfig) httplimit.LimitFunc {
 		slots[i] = s
 	}
 	return func(req *http.Request) httplimit.Rule {
-		keys := keysOf(req)
-		if len(slots) == 1 {
+		rk := keysOf(req)
+		keys := rk.keys
+		if len(slots) == 1 && rk.shares == nil && rk.weights == nil {
 			return slots[0].By(keys[0])
 		}
 		all := make([]httplimit.Slots, len(slots))
 		for i, s := range slots {
 			all[i] = s.By(keys[i])
+			if rk.shares != nil && rk.shares[i] > 0 {
+				all[i] = all[i].Share(rk.shares[i])
+			}
+			if rk.weights != nil && rk.weights[i] > 1 {
+				all[i] = all[i].Weight(rk.weights[i])
+			}
+		}
+		if len(all) == 1 {
+			return all[0]
 		}
 		return httplimit.All(all...)
 	}
