@@ -20,8 +20,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if testkit.HelperRole() == "handoff-waiter" {
+	switch testkit.HelperRole() {
+	case "handoff-waiter":
 		handoffWaiter()
+		return
+	case "fair-worker":
+		fairWorker()
 		return
 	}
 	testkit.VerifyNoLeaks(m)

@@ -52,6 +52,7 @@ func StartHelper(t testing.TB, role, ready string, env ...string) *Helper {
 	t.Cleanup(h.Kill)
 	go func() {
 		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 64<<20) // a line may carry a run's results
 		for sc.Scan() {
 			h.lines <- sc.Text()
 		}

@@ -1,0 +1,292 @@
+// Package fairtest measures how fairly a total is shared: tenants of
+// different demand run fixed-length jobs through a Limiter, and the report
+// gives each tenant's share of the slots, its waits, and Jain's fairness
+// index over the shares as a fraction of their demand-capped fair shares.
+// The same run works in one process (memstore) or split over several
+// processes sharing a store (Run in each, Merge the tallies).
+package fairtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// Modes: how the tenants are limited.
+const (
+	Parents   = "parents"         // each tenant's pool under a parent: the fair share
+	KeyTotal  = "per-key + total" // a per-tenant cap and a plain total beside it: one line, first come
+	KeysOnly  = "per-key only"    // per-tenant caps and no total
+	Unlimited = "no limit"
+)
+
+// Config is one run.
+type Config struct {
+	Mode  string
+	Name  string        // the limits' name: unique per run
+	Total int           // the parent's slots, each tenant's cap too
+	Job   time.Duration // how long a job holds its slot
+	For   time.Duration // how long callers start jobs
+}
+
+// Tenant is one tenant and how many callers it runs at once (its demand).
+type Tenant struct {
+	Name    string
+	Callers int
+}
+
+// Tally is one tenant's jobs on one process: when each held its slot, and
+// how long each waited for it, in Unix nanoseconds and nanoseconds.
+type Tally struct {
+	Holds [][2]int64 `json:"holds"`
+	Waits []int64    `json:"waits"`
+}
+
+// limits returns the limits of a job of tenant under c.
+func (c Config) limits(tenant string) []keycap.Limit {
+	wait := keycap.WithWait(time.Minute)
+	switch c.Mode {
+	case Parents:
+		p := keycap.MustParent(c.Name, c.Total)
+		return []keycap.Limit{keycap.MustLimit(c.Name, tenant, c.Total, keycap.WithParent(p), wait)}
+	case KeyTotal:
+		return []keycap.Limit{
+			keycap.MustLimit(c.Name+":tenant", tenant, c.Total, wait),
+			keycap.MustLimit(c.Name+":total", "", c.Total, wait),
+		}
+	case KeysOnly:
+		return []keycap.Limit{keycap.MustLimit(c.Name+":tenant", tenant, c.Total, wait)}
+	}
+	return nil
+}
+
+// Run runs the callers of tenants on l from start for c.For, and returns
+// each tenant's tally. Callers start no job after the end; the ones waiting
+// then finish theirs.
+func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, start time.Time) (map[string]*Tally, error) {
+	end := start.Add(c.For)
+	time.Sleep(time.Until(start))
+	out := map[string]*Tally{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for _, tn := range tenants {
+		tally := &Tally{}
+		out[tn.Name] = tally
+		limits := c.limits(tn.Name)
+		for range tn.Callers {
+			wg.Go(func() {
+				for time.Now().Before(end) && ctx.Err() == nil {
+					t0 := time.Now()
+					var ls *keycap.Lease
+					if len(limits) > 0 {
+						var err error
+						if ls, err = l.Acquire(ctx, limits...); err != nil {
+							if ctx.Err() == nil {
+								select {
+								case errs <- fmt.Errorf("tenant %s: %w", tn.Name, err):
+								default:
+								}
+							}
+							return
+						}
+					}
+					t1 := time.Now()
+					time.Sleep(c.Job)
+					t2 := time.Now()
+					if ls != nil {
+						ls.Release()
+					}
+					mu.Lock()
+					tally.Waits = append(tally.Waits, int64(t1.Sub(t0)))
+					tally.Holds = append(tally.Holds, [2]int64{t1.UnixNano(), t2.UnixNano()})
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return out, err
+	default:
+	}
+	return out, nil
+}
+
+// Merge adds the tallies of several processes.
+func Merge(parts ...map[string]*Tally) map[string]*Tally {
+	out := map[string]*Tally{}
+	for _, p := range parts {
+		for name, t := range p {
+			m := out[name]
+			if m == nil {
+				m = &Tally{}
+				out[name] = m
+			}
+			m.Holds = append(m.Holds, t.Holds...)
+			m.Waits = append(m.Waits, t.Waits...)
+		}
+	}
+	return out
+}
+
+// Row is one tenant's outcome.
+type Row struct {
+	Tenant   string
+	Demand   int
+	Slots    float64 // slots held on average over the run
+	Share    float64 // of the slots held by every tenant
+	Fair     float64 // its demand-capped fair share
+	P50, P99 time.Duration
+	Jobs     int
+}
+
+// Report is a run's outcome.
+type Report struct {
+	Mode string
+	Rows []Row
+	Jain float64 // over Share/Fair of every tenant: 1 is perfectly fair
+	Peak int     // the most slots held at once, every tenant together
+}
+
+// Analyse reports the run of tenants under c that started at start.
+func Analyse(c Config, tenants []Tenant, start time.Time, tallies map[string]*Tally) Report {
+	from, to := start.UnixNano(), start.Add(c.For).UnixNano()
+	demands := make([]int, len(tenants))
+	for i, tn := range tenants {
+		demands[i] = tn.Callers
+	}
+	fair := maxMin(c.Total, demands)
+	fairSum := 0.0
+	for _, f := range fair {
+		fairSum += f
+	}
+	r := Report{Mode: c.Mode}
+	total := 0.0
+	var edges [][2]int64 // +1/-1 at each hold's start and end
+	for _, tn := range tenants {
+		t := tallies[tn.Name]
+		row := Row{Tenant: tn.Name, Demand: tn.Callers}
+		if t != nil {
+			held := int64(0)
+			for _, h := range t.Holds {
+				if a, b := max(h[0], from), min(h[1], to); b > a {
+					held += b - a
+				}
+				edges = append(edges, [2]int64{h[0], 1}, [2]int64{h[1], -1})
+			}
+			row.Slots = float64(held) / float64(to-from)
+			waits := slices.Clone(t.Waits)
+			slices.Sort(waits)
+			row.P50, row.P99 = pct(waits, 0.5), pct(waits, 0.99)
+			row.Jobs = len(t.Holds)
+		}
+		total += row.Slots
+		r.Rows = append(r.Rows, row)
+	}
+	slices.SortFunc(edges, func(a, b [2]int64) int {
+		if a[0] != b[0] {
+			return int(min(max(a[0]-b[0], -1), 1))
+		}
+		return int(a[1] - b[1]) // an end before a start at the same instant
+	})
+	in := 0
+	for _, e := range edges {
+		in += int(e[1])
+		r.Peak = max(r.Peak, in)
+	}
+	var sum, sq float64
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if total > 0 {
+			row.Share = row.Slots / total
+		}
+		row.Fair = fair[i] / fairSum
+		x := row.Share / row.Fair
+		sum += x
+		sq += x * x
+	}
+	if sq > 0 {
+		r.Jain = sum * sum / (float64(len(r.Rows)) * sq)
+	}
+	return r
+}
+
+func pct(sorted []int64, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return time.Duration(sorted[min(len(sorted)-1, int(float64(len(sorted))*p))])
+}
+
+// maxMin returns the max-min fair allocation of capacity among demands:
+// every demand below the equal split is met, and what it leaves is split
+// among the others the same way.
+func maxMin(capacity int, demands []int) []float64 {
+	out := make([]float64, len(demands))
+	left := float64(capacity)
+	open := len(demands)
+	done := make([]bool, len(demands))
+	for open > 0 {
+		split := left / float64(open)
+		progress := false
+		for i, d := range demands {
+			if !done[i] && float64(d) <= split {
+				out[i], done[i] = float64(d), true
+				left -= float64(d)
+				open--
+				progress = true
+			}
+		}
+		if !progress {
+			for i := range demands {
+				if !done[i] {
+					out[i] = split
+				}
+			}
+			break
+		}
+	}
+	return out
+}
+
+// String renders the report as a table.
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-16s Jain %.3f, peak %d slots at once\n", r.Mode+":", r.Jain, r.Peak)
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "  %-8s demand %3d  slots %5.2f  share %5.1f%% (fair %5.1f%%)  wait p50 %8s  p99 %8s  jobs %d\n",
+			row.Tenant, row.Demand, row.Slots, 100*row.Share, 100*row.Fair,
+			row.P50.Round(100*time.Microsecond), row.P99.Round(100*time.Microsecond), row.Jobs)
+	}
+	return b.String()
+}
+
+// Row returns the row of tenant.
+func (r Report) Row(tenant string) (Row, error) {
+	for _, row := range r.Rows {
+		if row.Tenant == tenant {
+			return row, nil
+		}
+	}
+	return Row{}, errors.New("fairtest: no tenant " + tenant)
+}
+
+// ReportMetrics reports r as benchmark metrics: Jain's index, the peak, and
+// each tenant's share and p99 wait (in jobs).
+func ReportMetrics(b interface{ ReportMetric(float64, string) }, r Report, job time.Duration) {
+	b.ReportMetric(r.Jain, "jain")
+	b.ReportMetric(float64(r.Peak), "peak-slots")
+	for _, row := range r.Rows {
+		b.ReportMetric(100*row.Share, row.Tenant+"-share-%")
+		b.ReportMetric(float64(row.P99)/float64(job), row.Tenant+"-p99-jobs")
+	}
+	b.ReportMetric(0, "ns/op")
+}

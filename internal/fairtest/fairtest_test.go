@@ -1,0 +1,85 @@
+package fairtest_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/fairtest"
+	"github.com/keycap/keycap/memstore"
+)
+
+// The workload: a parent of 20 slots, one tenant flooding it with
+// 100 callers, two light tenants with 2 each.
+var (
+	tenants = []fairtest.Tenant{{Name: "flood", Callers: 100}, {Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
+	alone   = []fairtest.Tenant{{Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
+)
+
+func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
+	l, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c := fairtest.Config{Mode: mode, Name: fmt.Sprintf("fair:%d", time.Now().UnixNano()), Total: 20, Job: job, For: d}
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	start := time.Now().Add(10 * time.Millisecond)
+	tallies, err := fairtest.Run(ctx, l, c, ts, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fairtest.Analyse(c, ts, start, tallies)
+}
+
+// TestParentsShareFairly: with parents, the light tenants get their demand
+// whatever the flood, and wait at most about one job more than alone; with
+// a per-key cap and a plain total beside it, they wait in line behind the
+// flood.
+func TestParentsShareFairly(t *testing.T) {
+	const job = 20 * time.Millisecond
+	base := run(t, fairtest.Parents, alone, job, time.Second)
+	fair := run(t, fairtest.Parents, tenants, job, 2*time.Second)
+	fifo := run(t, fairtest.KeyTotal, tenants, job, 2*time.Second)
+	t.Logf("\n%s%s%s", base, fair, fifo)
+	if fair.Peak > 20 || fifo.Peak > 20 {
+		t.Errorf("peaks %d and %d slots at once: above the total of 20", fair.Peak, fifo.Peak)
+	}
+	if fair.Jain < 0.95 {
+		t.Errorf("Jain's index with parents %.3f, want at least 0.95 (aim 0.99)", fair.Jain)
+	}
+	if fifo.Jain >= fair.Jain {
+		t.Errorf("Jain's index with one line %.3f, not below the parent's %.3f: the measure sees no difference", fifo.Jain, fair.Jain)
+	}
+	b, _ := base.Row("light-a")
+	for _, name := range []string{"light-a", "light-b"} {
+		r, _ := fair.Row(name)
+		if r.P99 > b.P99+2*job {
+			t.Errorf("%s waits p99 %s with the flood, %s alone: more than a job (%s) longer", name, r.P99, b.P99, job)
+		}
+	}
+}
+
+// BenchmarkFairness reports, per mode, Jain's index and the light
+// tenants' p99 wait, on memstore (one process; redisstore's runs the same
+// over several processes).
+func BenchmarkFairness(b *testing.B) {
+	const job, d = 50 * time.Millisecond, 5 * time.Second
+	for _, mode := range []string{fairtest.Parents, fairtest.KeyTotal, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
+		b.Run(mode, func(b *testing.B) {
+			var r fairtest.Report
+			for range b.N {
+				if mode == "alone" {
+					r = run(b, fairtest.Parents, alone, job, d)
+				} else {
+					r = run(b, mode, tenants, job, d)
+				}
+			}
+			fairtest.ReportMetrics(b, r, job)
+			b.Logf("\n%s", r)
+		})
+	}
+}
