@@ -162,6 +162,9 @@ func OwnerFor(id string) Owner {
 // slot reserved for p.Claim, then it passes on; the caller comes back at
 // its own fallback delay and queues again.
 func (l *Limiter) AcquireOrPark(ctx context.Context, p Parking, limits ...Limit) (*Lease, error) {
+	if p.Owner == KeptFor {
+		return nil, fmt.Errorf("%w: parking needs an owner (OwnerFor)", ErrInvalidLimit)
+	}
 	if p.For <= 0 || p.Claim <= 0 || p.Wake == nil {
 		return nil, fmt.Errorf("%w: parking needs a positive For and Claim, and a Wake (got %s, %s)", ErrInvalidLimit, p.For, p.Claim)
 	}

@@ -25,25 +25,48 @@ import (
 type Parent struct {
 	name string
 	max  int
+	keep time.Duration
 	pool PoolID
 }
+
+// DefaultKeep is how long a parent keeps a freed slot for its key when
+// WithKeep does not say.
+const DefaultKeep = 5 * time.Millisecond
+
+// A ParentOption sets an optional field of a Parent.
+type ParentOption struct{ keep time.Duration }
+
+// WithKeep sets how long a slot freed by a key that would be served first
+// if it asked again is kept for that key while other keys wait (default
+// DefaultKeep; 0 turns it off). Without it, a light key whose callers come
+// straight back loses each slot it frees to the busiest waiting key, and
+// then waits for the next slot to free, up to a whole job; with it, the
+// key's next caller takes its slot back. A slot kept and not taken passes
+// on when the time is up. Not negative.
+func WithKeep(d time.Duration) ParentOption { return ParentOption{keep: d} }
 
 // NewParent returns a parent of max slots named name. name must not be
 // empty; max is at least 1. An invalid value returns an
 // *InvalidLimitError naming the field.
-func NewParent(name string, max int) (Parent, error) {
+func NewParent(name string, max int, opts ...ParentOption) (Parent, error) {
+	p := Parent{name: name, max: max, keep: DefaultKeep, pool: PoolIDOf(familyInternal, "parent", name)}
+	for _, o := range opts {
+		p.keep = o.keep
+	}
 	switch {
 	case name == "":
 		return Parent{}, &InvalidLimitError{Field: "parent name", Value: `""`, Reason: "must not be empty"}
 	case max < 1:
 		return Parent{}, &InvalidLimitError{Field: "parent max", Value: fmt.Sprint(max), Reason: "must be at least 1"}
+	case p.keep < 0:
+		return Parent{}, &InvalidLimitError{Field: "parent keep", Value: p.keep.String(), Reason: "must be at least 0"}
 	}
-	return Parent{name: name, max: max, pool: PoolIDOf(familyInternal, "parent", name)}, nil
+	return p, nil
 }
 
 // MustParent is like NewParent but panics on an invalid parent.
-func MustParent(name string, max int) Parent {
-	p, err := NewParent(name, max)
+func MustParent(name string, max int, opts ...ParentOption) Parent {
+	p, err := NewParent(name, max, opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -55,6 +78,9 @@ func (p Parent) Name() string { return p.name }
 
 // Max returns the slots the parent's keys may hold at once in all.
 func (p Parent) Max() int { return p.max }
+
+// Keep returns how long a freed slot is kept for its key (WithKeep).
+func (p Parent) Keep() time.Duration { return p.keep }
 
 // Pool returns the identity of the parent's pool as stores see it.
 func (p Parent) Pool() PoolID { return p.pool }
@@ -139,7 +165,7 @@ func (l *Limit) home() PoolID {
 func (l *Limit) demand(owner Owner) Demand {
 	d := Demand{Pool: l.pool, Owner: owner, Max: l.max, TTL: l.ttl, Weight: l.Weight()}
 	if s := l.share; s != nil {
-		d.Parent, d.ParentMax, d.Share, d.Min = s.parent.pool, s.parent.max, s.share, s.min
+		d.Parent, d.ParentMax, d.Share, d.Min, d.Keep = s.parent.pool, s.parent.max, s.share, s.min, s.parent.keep
 	}
 	return d
 }
@@ -197,9 +223,15 @@ type Demand struct {
 	// The parent, when Parent is not zero.
 	Parent    PoolID
 	ParentMax int // at least Max
-	Share     int // the key's weight in the parent's fair share, at least 1
-	Min       int // slots up to which the key is served first
+	Share     int           // the key's weight in the parent's fair share, at least 1
+	Min       int           // slots up to which the key is served first
+	Keep      time.Duration // on release, how long the slot is kept for the key (WithKeep)
 }
+
+// KeptFor is the owner of the slots a parent keeps for a key (WithKeep):
+// a lease of the key that its next caller takes over. No caller's owner
+// is ever zero.
+var KeptFor = Owner{}
 
 // HasParent reports whether the demand's pool has a parent.
 func (d *Demand) HasParent() bool { return d.Parent != PoolID{} }
@@ -226,8 +258,15 @@ type Sharer interface {
 
 	// ReleaseDemand frees d.Owner's lease of d, and with dequeue, takes
 	// its ticket out of the line too (Liner.Dequeue). The slots freed go
-	// to the line. One round trip.
-	ReleaseDemand(ctx context.Context, d Demand, dequeue bool) error
+	// to the line; but for a demand with a parent and a Keep, when keys
+	// wait, none waits in d's own line and d's key would be served first
+	// if it asked again, they are kept for the key: a lease of KeptFor
+	// expiring after Keep, which the key's next caller takes over (without
+	// a ticket: a kept slot is its key's). It reports whether it kept
+	// them: slots kept and not taken pass on at the next call on the
+	// parent that finds them expired, which the Limiter makes after Keep.
+	// One round trip.
+	ReleaseDemand(ctx context.Context, d Demand, dequeue bool) (kept bool, err error)
 }
 
 // checkShared checks that the store can serve the limits that have a
@@ -280,9 +319,28 @@ func (l *Limiter) queueIn(ctx context.Context, lim *Limit, owner Owner, t Ticket
 func (l *Limiter) releaseIn(ctx context.Context, lim *Limit, owner Owner, dequeue bool) error {
 	switch {
 	case !lim.plain():
-		return l.sharer.ReleaseDemand(ctx, lim.demand(owner), dequeue)
+		kept, err := l.sharer.ReleaseDemand(ctx, lim.demand(owner), dequeue)
+		if kept {
+			l.passOnLater(*lim)
+		}
+		return err
 	case dequeue:
 		return l.liner.Dequeue(ctx, lim.pool, owner)
 	}
 	return l.store.Release(ctx, lim.pool, owner)
+}
+
+// passOnLater makes, once lim's parent's Keep has passed, a call on the
+// parent that passes the slot it kept on to the waiting keys if its key did
+// not take it back: the waiters would otherwise find it at their next poll.
+// The call releases nothing (a fresh owner holds no lease).
+func (l *Limiter) passOnLater(lim Limit) {
+	time.AfterFunc(lim.share.parent.keep+time.Millisecond, func() {
+		if l.closed.Load() {
+			return
+		}
+		ctx, cancel := l.bound(context.Background(), l.budgetOf(lim))
+		defer cancel()
+		_, _ = l.sharer.ReleaseDemand(ctx, lim.demand(NewOwner()), false)
+	})
 }

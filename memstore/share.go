@@ -81,6 +81,11 @@ func (pa *parent) take(d keycap.Demand, k *kid, t *keycap.Ticket, now time.Durat
 		pa.dequeue(d.Pool, k, d.Owner)
 		return true, 0
 	}
+	if len(k.line) == 0 && k.takeKept(w) {
+		k.add(lease{owner: d.Owner, expires: now + d.TTL, weight: w})
+		pa.next = min(pa.next, now+d.TTL)
+		return true, 0
+	}
 	if len(k.line) == 0 && k.held()+w <= k.max && pa.held+w <= pa.max && pa.first(k, now) {
 		k.add(lease{owner: d.Owner, expires: now + d.TTL, weight: w})
 		pa.held += w
@@ -100,6 +105,49 @@ func (pa *parent) take(d keycap.Demand, k *kid, t *keycap.Ticket, now time.Durat
 	k.line = append(k.line, ticket{owner: d.Owner, expires: now + t.TTL, claim: t.Claim, weight: w, seq: pa.seq})
 	pa.lined[d.Pool] = k
 	return false, len(k.line) - 1
+}
+
+// takeKept takes w slots kept for k (WithKeep) off their KeptFor lease,
+// for its caller's lease, and reports whether there were so many. The
+// caller has dropped the expired leases.
+func (k *kid) takeKept(w int) bool {
+	i := k.find(keycap.KeptFor)
+	if i < 0 || k.leases[i].slots() < w {
+		return false
+	}
+	if k.leases[i].slots() == w {
+		k.remove(i)
+	} else {
+		k.leases[i].weight -= w
+		k.extra -= w
+	}
+	return true
+}
+
+// keep keeps w slots that k freed for k until expires, when keys wait, k
+// has no line, and k would be served first if it asked again. It reports
+// whether it did; the caller has dropped the expired leases.
+func (pa *parent) keep(k *kid, w int, now, expires time.Duration) bool {
+	if len(pa.lined) == 0 || len(k.line) > 0 {
+		return false
+	}
+	b := pa.best(now)
+	if b == nil || b == k {
+		return false
+	}
+	if first, _ := k.before(b); !first {
+		return false
+	}
+	if i := k.find(keycap.KeptFor); i >= 0 {
+		k.leases[i].weight = k.leases[i].slots() + w
+		k.leases[i].expires = expires
+		k.extra += w
+	} else {
+		k.add(lease{owner: keycap.KeptFor, expires: expires, weight: w})
+	}
+	pa.held += w
+	pa.next = min(pa.next, expires)
+	return true
 }
 
 // first reports whether a fresh caller of k comes before every waiting key
@@ -222,35 +270,43 @@ func (pa *parent) live(now time.Duration) bool {
 }
 
 // ReleaseDemand implements keycap.Sharer. It never blocks and ignores ctx.
-func (s *Store) ReleaseDemand(_ context.Context, d keycap.Demand, dequeue bool) error {
+func (s *Store) ReleaseDemand(_ context.Context, d keycap.Demand, dequeue bool) (bool, error) {
 	if !d.HasParent() {
 		if dequeue {
-			return s.Dequeue(context.Background(), d.Pool, d.Owner)
+			return false, s.Dequeue(context.Background(), d.Pool, d.Owner)
 		}
-		return s.Release(context.Background(), d.Pool, d.Owner)
+		return false, s.Release(context.Background(), d.Pool, d.Owner)
 	}
+	kept := false
 	sh := s.shard(d.Parent)
 	sh.mu.Lock()
 	var granted []keycap.Owner
 	if pa := sh.parents[d.Parent]; pa != nil {
+		var now time.Duration
+		if len(pa.lined) > 0 { // only then is the clock read
+			now = s.clock()
+			pa.expire(now)
+		}
 		if k := pa.kids[d.Pool]; k != nil {
 			if dequeue {
 				pa.dequeue(d.Pool, k, d.Owner)
 			}
 			if i := k.find(d.Owner); i >= 0 {
-				pa.held -= k.leases[i].slots()
+				w := k.leases[i].slots()
+				pa.held -= w
 				k.remove(i)
+				if !dequeue && d.Keep > 0 && len(pa.lined) > 0 {
+					kept = pa.keep(k, w, now, now+d.Keep)
+				}
 			}
 		}
 		if len(pa.lined) > 0 {
-			now := s.clock()
-			pa.expire(now)
 			granted = pa.fill(now)
 		}
 	}
 	sh.mu.Unlock()
 	s.hub.notify(d.Parent, granted)
-	return nil
+	return kept, nil
 }
 
 // acquireWeighted is AcquireDemand for a pool with no parent: the pool's

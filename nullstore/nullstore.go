@@ -88,4 +88,4 @@ func (*Store) AcquireDemand(context.Context, keycap.Demand, *keycap.Ticket) (boo
 }
 
 // ReleaseDemand does nothing.
-func (*Store) ReleaseDemand(context.Context, keycap.Demand, bool) error { return nil }
+func (*Store) ReleaseDemand(context.Context, keycap.Demand, bool) (bool, error) { return false, nil }

@@ -499,6 +499,17 @@ BEGIN
         granted := true;
         RETURN;
     END IF;
+    -- Slots kept for the key (its lease of the zero owner) go to its next caller.
+    IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = kp) THEN
+        UPDATE "public"."keycap_lease" SET weight = weight - w
+            WHERE pool = kp AND owner = '\x00000000000000000000000000000000'::bytea AND weight >= w;
+        IF FOUND THEN
+            DELETE FROM "public"."keycap_lease" WHERE pool = kp AND owner = '\x00000000000000000000000000000000'::bytea AND weight = 0;
+            INSERT INTO "public"."keycap_lease" (pool, owner, expires_at, weight) VALUES (kp, o, now_ + ttl_ms * interval '1 millisecond', w);
+            granted := true;
+            RETURN;
+        END IF;
+    END IF;
     SELECT coalesce(sum(l.weight), 0) INTO held FROM "public"."keycap_lease" l WHERE l.pool = kp;
     IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = kp) AND held + w <= m
         AND "public"."keycap_pheld"(par) + w <= pmax THEN
@@ -536,8 +547,14 @@ END
 $$;
 
 -- pgive: free owner's lease in key k of parent par (with leave, take its
--- ticket out of the line too), and hand the slots to the waiting keys.
-CREATE OR REPLACE FUNCTION "public"."keycap_pgive"(par bytea, k bytea, o bytea, leave boolean) RETURNS void
+-- ticket out of the line too), and hand the slots to the waiting keys; but
+-- when keys wait, none in k's own line, and k would be served first if it
+-- asked again (its share sh, its minimum mn), keep them for k for keep_ms:
+-- a lease of the zero owner, which k's next caller takes over. Returns
+-- whether it kept them.
+DROP FUNCTION IF EXISTS "public"."keycap_pgive"(bytea, bytea, bytea, boolean);
+CREATE OR REPLACE FUNCTION "public"."keycap_pgive"(par bytea, k bytea, o bytea, leave boolean, keep_ms bigint, sh integer, mn integer)
+RETURNS boolean
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -545,17 +562,43 @@ DECLARE
     lo bytea := par || '\x00000000000000000000000000000000'::bytea;
     hi bytea := par || '\xffffffffffffffffffffffffffffffff'::bytea;
     now_ timestamptz;
+    w integer;
+    held bigint;
+    b record;
+    first boolean;
+    kept boolean := false;
 BEGIN
     PERFORM "public"."keycap_lock"(par);
-    DELETE FROM "public"."keycap_lease" WHERE pool = kp AND owner = o;
+    DELETE FROM "public"."keycap_lease" WHERE pool = kp AND owner = o RETURNING weight INTO w;
     IF leave THEN
         DELETE FROM "public"."keycap_ticket" WHERE pool = kp AND owner = o;
     END IF;
     IF EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi) THEN
         now_ := clock_timestamp();
         DELETE FROM "public"."keycap_lease" WHERE pool BETWEEN lo AND hi AND expires_at <= now_;
+        IF w IS NOT NULL AND NOT leave AND keep_ms > 0 AND NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = kp) THEN
+            SELECT * INTO b FROM "public"."keycap_pbest"(par, now_);
+            IF b.pool IS NOT NULL AND b.pool <> kp THEN
+                SELECT coalesce(sum(l.weight), 0) INTO held FROM "public"."keycap_lease" l WHERE l.pool = kp;
+                IF (held < mn) <> (b.held < b.min_) THEN
+                    first := held < mn;
+                ELSIF held < mn THEN
+                    first := held * b.min_ < b.held * mn;
+                ELSE
+                    first := held * b.share_ < b.held * sh;
+                END IF;
+                IF first THEN
+                    INSERT INTO "public"."keycap_lease" (pool, owner, expires_at, weight)
+                        VALUES (kp, '\x00000000000000000000000000000000'::bytea, now_ + keep_ms * interval '1 millisecond', w)
+                        ON CONFLICT ON CONSTRAINT "keycap_lease_pkey" DO UPDATE
+                        SET weight = "public"."keycap_lease".weight + excluded.weight, expires_at = excluded.expires_at;
+                    kept := true;
+                END IF;
+            END IF;
+        END IF;
         PERFORM "public"."keycap_pfill"(par, NULL, now_);
     END IF;
+    RETURN kept;
 END
 $$;
 

@@ -213,7 +213,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		"pace":    "SELECT " + n.F("pace") + "($1, $2, $3, $4)",
 		"wtake":   "SELECT granted, ahead FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
 		"ptake":   "SELECT granted, ahead FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4)",
+		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4, $5, $6, $7)",
 	}}
 	return s, nil
 }

@@ -33,14 +33,16 @@ func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ti
 }
 
 // ReleaseDemand implements keycap.Sharer: one function call.
-func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) error {
+func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) (bool, error) {
 	if !d.HasParent() {
-		return s.release(ctx, "release", d.Pool, d.Owner, dequeue)
+		return false, s.release(ctx, "release", d.Pool, d.Owner, dequeue)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, s.sql["pgive"], d.Parent[:], d.Pool[:], d.Owner[:], dequeue); err != nil {
-		return wrap("release", err)
+	var kept bool
+	if err := s.pool.QueryRow(ctx, s.sql["pgive"], d.Parent[:], d.Pool[:], d.Owner[:], dequeue,
+		ms(d.Keep), max(d.Share, 1), d.Min).Scan(&kept); err != nil {
+		return false, wrap("release", err)
 	}
-	return nil
+	return kept, nil
 }

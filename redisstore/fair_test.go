@@ -140,7 +140,7 @@ func TestFairnessAcrossProcesses(t *testing.T) {
 // processes on one Redis, per mode.
 func BenchmarkFairnessAcrossProcesses(b *testing.B) {
 	const job, d = 50 * time.Millisecond, 5 * time.Second
-	for _, mode := range []string{fairtest.Parents, fairtest.KeyTotal, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
+	for _, mode := range []string{fairtest.Parents, fairtest.OneLine, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
 		b.Run(mode, func(b *testing.B) {
 			var r fairtest.Report
 			for range b.N {

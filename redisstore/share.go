@@ -100,7 +100,7 @@ func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ti
 	if granted && wait != nil {
 		got, werr := wait.Int64()
 		if werr != nil || got < int64(s.acks) {
-			_ = s.ReleaseDemand(context.WithoutCancel(ctx), d, t != nil)
+			_, _ = s.ReleaseDemand(context.WithoutCancel(ctx), d, t != nil)
 			if werr != nil {
 				return false, 0, fmt.Errorf("redisstore: acquire: WAIT: %w", werr)
 			}
@@ -113,9 +113,10 @@ func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ti
 // ReleaseDemand implements keycap.Sharer: for a demand without a parent,
 // as Release (or Dequeue) does with the lease's members; with a parent, one
 // EVALSHA of share.lua.
-func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) error {
+func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) (bool, error) {
 	w := max(d.Weight, 1)
 	var err error
+	kept := false
 	switch {
 	case d.HasParent():
 		keys, lines, channel := s.shareNames(d.Parent)
@@ -123,7 +124,10 @@ func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool
 		if dequeue {
 			leave = 1
 		}
-		err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave).Err()
+		var res []int64
+		res, err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave,
+			ms(d.Keep), max(d.Share, 1), d.Min).Int64Slice()
+		kept = err == nil && len(res) == 2 && res[1] == 1
 	case dequeue:
 		keys, channel := s.names(d.Pool)
 		err = releaseScript.Run(ctx, s.client, keys, d.Owner[:], 1, channel, w).Err()
@@ -141,7 +145,7 @@ func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool
 	}
 	if err != nil {
 		s.failed(err)
-		return fmt.Errorf("redisstore: release: %w", err)
+		return false, fmt.Errorf("redisstore: release: %w", err)
 	}
-	return nil
+	return kept, nil
 }

@@ -24,8 +24,13 @@
 --   take:  ARGV[7] the key's max, ARGV[8] the lease's ttl (ms), ARGV[9] the
 --          parent's max, ARGV[10] the key's share, ARGV[11] its minimum,
 --          ARGV[12] the ticket's ttl (0: no ticket), ARGV[13] its claim
---   give:  ARGV[7] 1 to take the owner's ticket out of the line too
+--   give:  ARGV[7] 1 to take the owner's ticket out of the line too,
+--          ARGV[8] how long to keep the slot for the key (ms, 0: never),
+--          ARGV[9] the key's share, ARGV[10] its minimum
 --   renew: ARGV[7] the ttl (ms)
+--
+-- Slots kept for a key (keycap.WithKeep) are a lease of the zero owner
+-- (keycap.KeptFor), which the key's next caller takes over.
 local leases, meta, waiting = KEYS[1], KEYS[2], KEYS[3]
 local op, lines, channel, kid, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local w = tonumber(ARGV[6])
@@ -126,6 +131,32 @@ local function before(ah, as, am, bh, bs, bm)
   end
   local x, y = ah * bw, bh * aw
   return x < y, x == y
+end
+
+local kept = string.rep('\0', 16)
+
+-- keptSlots returns how many slots are kept for c.
+local function keptSlots(c)
+  local n = 0
+  while redis.call('ZSCORE', leases, member(c, kept, n)) do
+    n = n + 1
+  end
+  return n
+end
+
+-- takeKept takes n slots kept for c off their lease, for a caller's, and
+-- reports whether there were so many. The caller has dropped the expired
+-- leases.
+local function takeKept(c, n)
+  local r = keptSlots(c)
+  if r < n then
+    return false
+  end
+  for i = r - 1, r - n, -1 do
+    redis.call('ZREM', leases, member(c, kept, i))
+  end
+  count(c, -n)
+  return true
 end
 
 local function unline(c, o)
@@ -230,6 +261,11 @@ if op == 'take' then
     unline(kid, owner)
     return {1, 0}
   end
+  if redis.call('EXISTS', line) == 0 and takeKept(kid, w) then
+    grant(kid, owner, w, now + ttl, true)
+    keepLeases(ttl)
+    return {1, 0}
+  end
   local h = held(kid)
   if redis.call('EXISTS', line) == 0 and h + w <= max and redis.call('ZCARD', leases) + w <= pmax then
     local first = true
@@ -263,15 +299,30 @@ end
 
 if op == 'give' then
   local freed = drop(kid, owner, w)
+  local keep, share, min = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
   if ARGV[7] == '1' then
     unline(kid, owner)
   end
+  local isKept = 0
   if redis.call('EXISTS', waiting) == 1 then
     local now = clock()
     expire(now)
+    -- Kept for the key when it would be served first if it asked again.
+    if freed > 0 and ARGV[7] ~= '1' and keep > 0 and redis.call('EXISTS', lines .. kid) == 0 then
+      local b = best(now)
+      if b and b.c ~= kid and before(held(kid), share, min, b.h, b.share, b.min) then
+        local r = keptSlots(kid)
+        for i = 0, r + freed - 1 do
+          redis.call('ZADD', leases, now + keep, member(kid, kept, i))
+        end
+        count(kid, freed)
+        keepLeases(keep)
+        isKept = 1
+      end
+    end
     fill(tonumber(redis.call('HGET', meta, 'max')), now)
   end
-  return {freed, 0}
+  return {freed, isKept}
 end
 
 if op == 'renew' then

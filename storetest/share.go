@@ -28,6 +28,8 @@ func testShares(t *testing.T, ns Namespace) {
 		{"ExpiryInAnyKeyHandsOn", testKidExpiry},
 		{"NotifiesOnTheParent", testParentNotifies},
 		{"KidLeaseRenewal", testKidRenew},
+		{"FreedSlotIsKeptForAFairerKey", testKeep},
+		{"KeptSlotPassesOnWhenNotTaken", testKeepExpires},
 		{"ParentNeverOverUnderContention", testParentContention},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +80,7 @@ func take(t *testing.T, s keycap.Store, d keycap.Demand, tk *keycap.Ticket, want
 
 func give(t *testing.T, s keycap.Store, d keycap.Demand, dequeue bool) {
 	t.Helper()
-	if err := sharer(s).ReleaseDemand(ctx(t), d, dequeue); err != nil {
+	if _, err := sharer(s).ReleaseDemand(ctx(t), d, dequeue); err != nil {
 		t.Fatalf("ReleaseDemand: %v", err)
 	}
 }
@@ -398,4 +400,61 @@ func testParentContention(t *testing.T, open func() keycap.Store) {
 		t.Errorf("%d grants in 3s: the line stalls", grants.Load())
 	}
 	t.Logf("%d grants in 3s, %d clients, %d keys", grants.Load(), clients, len(keys))
+}
+
+// release frees d and returns whether the store kept the slot for d's key.
+func release(t *testing.T, s keycap.Store, d keycap.Demand) bool {
+	t.Helper()
+	kept, err := sharer(s).ReleaseDemand(ctx(t), d, false)
+	if err != nil {
+		t.Fatalf("ReleaseDemand: %v", err)
+	}
+	return kept
+}
+
+// testKeep: a slot freed by a key that would be served first is kept for
+// its next caller, not handed to a busier waiting key; a slot freed by the
+// busier key goes to the line.
+func testKeep(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("keep", 3)
+	light := f.demand("light", keycap.NewOwner(), 3, 1)
+	light.Keep = time.Minute
+	take(t, s, light, nil, true)
+	busy := holdN(t, s, f, "busy", 2, 3)
+	waiter := f.demand("busy", keycap.NewOwner(), 3, 1)
+	take(t, s, waiter, &longTicket, false)
+	if !release(t, s, light) { // light holds 0 against busy's 2
+		t.Fatal("the light key's freed slot was not kept for it")
+	}
+	take(t, s, waiter, &longTicket, false) // not handed to busy
+	take(t, s, f.demand("other", keycap.NewOwner(), 3, 1), nil, false)
+	next := f.demand("light", keycap.NewOwner(), 3, 1)
+	next.Keep = time.Minute
+	take(t, s, next, nil, true) // the light key's next caller takes it
+	busy[0].Keep = time.Minute
+	if release(t, s, busy[0]) { // busy has a waiter of its own: the slot goes to its line
+		t.Fatal("a slot was kept for a key that would not be served first")
+	}
+	take(t, s, waiter, &longTicket, true)
+}
+
+// testKeepExpires: a kept slot that its key does not take back passes to
+// the line at the first call on the parent after the keep.
+func testKeepExpires(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("keep-expires", 2)
+	light := f.demand("light", keycap.NewOwner(), 2, 1)
+	light.Keep = 300 * time.Millisecond
+	take(t, s, light, nil, true)
+	holdN(t, s, f, "busy", 1, 2)
+	waiter := f.demand("busy", keycap.NewOwner(), 2, 1)
+	take(t, s, waiter, &longTicket, false)
+	if !release(t, s, light) {
+		t.Fatal("the light key's freed slot was not kept for it")
+	}
+	take(t, s, waiter, &longTicket, false)
+	time.Sleep(400 * time.Millisecond)
+	release(t, s, f.demand("busy", keycap.NewOwner(), 2, 1)) // releases nothing: the Limiter's call after a keep
+	take(t, s, waiter, &longTicket, true)
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -20,9 +21,9 @@ import (
 
 // Modes: how the tenants are limited.
 const (
-	Parents   = "parents"         // each tenant's pool under a parent: the fair share
-	KeyTotal  = "per-key + total" // a per-tenant cap and a plain total beside it: one line, first come
-	KeysOnly  = "per-key only"    // per-tenant caps and no total
+	Parents   = "parents"      // each tenant's pool under a parent: the fair share
+	OneLine   = "one line"     // a plain cap on the total: one line, first come first served
+	KeysOnly  = "per-key only" // per-tenant caps and no total
 	Unlimited = "no limit"
 )
 
@@ -55,22 +56,21 @@ func (c Config) limits(tenant string) []keycap.Limit {
 	case Parents:
 		p := keycap.MustParent(c.Name, c.Total)
 		return []keycap.Limit{keycap.MustLimit(c.Name, tenant, c.Total, keycap.WithParent(p), wait)}
-	case KeyTotal:
-		return []keycap.Limit{
-			keycap.MustLimit(c.Name+":tenant", tenant, c.Total, wait),
-			keycap.MustLimit(c.Name+":total", "", c.Total, wait),
-		}
+	case OneLine:
+		return []keycap.Limit{keycap.MustLimit(c.Name+":total", "", c.Total, wait)}
 	case KeysOnly:
 		return []keycap.Limit{keycap.MustLimit(c.Name+":tenant", tenant, c.Total, wait)}
 	}
 	return nil
 }
 
-// Run runs the callers of tenants on l from start for c.For, and returns
-// each tenant's tally. Callers start no job after the end; the ones waiting
-// then finish theirs.
+// Run runs the callers of tenants on l, and returns each tenant's tally.
+// Each caller starts at a random moment of the first job length after
+// start, as callers that do not arrive in step; the run is measured from
+// start plus a job length, for c.For. Callers start no job after the end;
+// the ones waiting then finish theirs.
 func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, start time.Time) (map[string]*Tally, error) {
-	end := start.Add(c.For)
+	end := start.Add(c.Job + c.For)
 	time.Sleep(time.Until(start))
 	out := map[string]*Tally{}
 	var mu sync.Mutex
@@ -82,6 +82,7 @@ func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, sta
 		limits := c.limits(tn.Name)
 		for range tn.Callers {
 			wg.Go(func() {
+				time.Sleep(rand.N(c.Job))
 				for time.Now().Before(end) && ctx.Err() == nil {
 					t0 := time.Now()
 					var ls *keycap.Lease
@@ -158,7 +159,7 @@ type Report struct {
 
 // Analyse reports the run of tenants under c that started at start.
 func Analyse(c Config, tenants []Tenant, start time.Time, tallies map[string]*Tally) Report {
-	from, to := start.UnixNano(), start.Add(c.For).UnixNano()
+	from, to := start.Add(c.Job).UnixNano(), start.Add(c.Job+c.For).UnixNano()
 	demands := make([]int, len(tenants))
 	for i, tn := range tenants {
 		demands[i] = tn.Callers

@@ -37,13 +37,12 @@ func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) 
 
 // TestParentsShareFairly: with parents, the light tenants get their demand
 // whatever the flood, and wait at most about one job more than alone; with
-// a per-key cap and a plain total beside it, they wait in line behind the
-// flood.
+// a plain cap on the total, they wait in its one line behind the flood.
 func TestParentsShareFairly(t *testing.T) {
 	const job = 20 * time.Millisecond
 	base := run(t, fairtest.Parents, alone, job, time.Second)
 	fair := run(t, fairtest.Parents, tenants, job, 2*time.Second)
-	fifo := run(t, fairtest.KeyTotal, tenants, job, 2*time.Second)
+	fifo := run(t, fairtest.OneLine, tenants, job, 2*time.Second)
 	t.Logf("\n%s%s%s", base, fair, fifo)
 	if fair.Peak > 20 || fifo.Peak > 20 {
 		t.Errorf("peaks %d and %d slots at once: above the total of 20", fair.Peak, fifo.Peak)
@@ -68,7 +67,7 @@ func TestParentsShareFairly(t *testing.T) {
 // over several processes).
 func BenchmarkFairness(b *testing.B) {
 	const job, d = 50 * time.Millisecond, 5 * time.Second
-	for _, mode := range []string{fairtest.Parents, fairtest.KeyTotal, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
+	for _, mode := range []string{fairtest.Parents, fairtest.OneLine, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
 		b.Run(mode, func(b *testing.B) {
 			var r fairtest.Report
 			for range b.N {
