@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/memstore"
 )
 
@@ -203,4 +204,50 @@ func parentOf(lim keycap.Limit) []keycap.LimitOption {
 		return []keycap.LimitOption{keycap.WithParent(p)}
 	}
 	return nil
+}
+
+// TestKeptSlotPassesOnAfterTheKeep: a light key's freed slot is kept for
+// it, and when it does not come back, the waiting key is handed the slot
+// once the keep is over, not at its next poll.
+func TestKeptSlotPassesOnAfterTheKeep(t *testing.T) {
+	store := &queueSignal{Store: memstore.New(), queued: make(chan struct{}, 10)}
+	l, _ := newLimiter(t, store)
+	p := keycap.MustParent("keep-passes-on", 2, keycap.WithKeep(50*time.Millisecond))
+	light := keycap.MustLimit("k", "light", 2, keycap.WithParent(p))
+	busy := keycap.MustLimit("k", "busy", 2, keycap.WithParent(p), keycap.WithWait(10*time.Second))
+	lightLease, err := l.Acquire(context.Background(), light)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busyLease, err := l.Acquire(context.Background(), busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busyLease.Release()
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), busy)
+		if err == nil {
+			ls.Release()
+		}
+		got <- err
+	}()
+	testkit.Recv(t, store.queued, 5*time.Second, "the busy key's second caller to queue")
+	start := time.Now()
+	lightLease.Release() // light holds 0 against busy's 1: kept for light
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(start)
+		if d < 50*time.Millisecond {
+			t.Errorf("served after %s: the slot was not kept for the light key", d)
+		}
+		if d > keycap.LinePoll/2 {
+			t.Errorf("served after %s: by a poll, not once the keep was over", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not served within 5s")
+	}
 }
