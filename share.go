@@ -222,7 +222,7 @@ type Demand struct {
 
 	// The parent, when Parent is not zero.
 	Parent    PoolID
-	ParentMax int // at least Max
+	ParentMax int           // at least Max
 	Share     int           // the key's weight in the parent's fair share, at least 1
 	Min       int           // slots up to which the key is served first
 	Keep      time.Duration // on release, how long the slot is kept for the key (WithKeep)

@@ -45,9 +45,10 @@ type Config struct {
 // ParentConfig is a total shared by the keys of the limits that name it
 // (keycap.Parent).
 type ParentConfig struct {
-	Name   string `yaml:"name"`
-	Max    *int   `yaml:"max"`
-	Parent string `yaml:"parent"` // refused: parents have no parent
+	Name   string    `yaml:"name"`
+	Max    *int      `yaml:"max"`
+	Keep   *Duration `yaml:"keep"`   // default keycap.DefaultKeep
+	Parent string    `yaml:"parent"` // refused: parents have no parent
 }
 
 // MaxShare bounds a key's share, from the table or from a claim.
@@ -612,6 +613,9 @@ func (v *validator) parents(ps []ParentConfig) map[string]int {
 			v.errf(pp("max"), "required: slots the keys may hold at once in all")
 		case *pc.Max < 1:
 			v.errf(pp("max"), "must be at least 1, not %d", *pc.Max)
+		}
+		if pc.Keep != nil && *pc.Keep < 0 {
+			v.errf(pp("keep"), "must be at least 0 (0 keeps nothing)")
 		}
 		if pc.Parent != "" {
 			v.errf(pp("parent"), "a parent has no parent: totals are one level, so no chain or cycle of parents can form")

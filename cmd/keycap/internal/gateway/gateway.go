@@ -271,7 +271,11 @@ func (rt *router) routes(g *Gateway) (err error) {
 	rt.handlers = map[string]http.Handler{}
 	parents := map[string]keycap.Parent{}
 	for _, pc := range cfg.Parents {
-		if parents[pc.Name], err = keycap.NewParent("gateway:"+pc.Name, *pc.Max); err != nil {
+		var opts []keycap.ParentOption
+		if pc.Keep != nil {
+			opts = append(opts, keycap.WithKeep(time.Duration(*pc.Keep)))
+		}
+		if parents[pc.Name], err = keycap.NewParent("gateway:"+pc.Name, *pc.Max, opts...); err != nil {
 			return err
 		}
 	}
