@@ -92,6 +92,14 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			if err := s.Release(ctx, p0, o0); err != nil {
 				t.Fatal(err)
 			}
+			// ...and share.lua, on the parent's node.
+			warm := keycap.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second, Weight: 1, Parent: keycap.MustParent("rt", 4).Pool(), ParentMax: 4, Share: 1}
+			if _, _, err := s.AcquireDemand(ctx, warm, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.ReleaseDemand(ctx, warm, false); err != nil {
+				t.Fatal(err)
+			}
 			rt := testenv.CountRoundTrips(c)
 			measureN := func(what string, max, want int, fn func()) {
 				t.Helper()
@@ -163,6 +171,49 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 					})
 				}
 			}
+			// Weights and parents: every decision one round trip too.
+			parent := keycap.MustParent("rt", 4).Pool()
+			d := func(key string, max, weight int) keycap.Demand {
+				return keycap.Demand{Pool: keycap.NewPoolID("rt-kid", key), Owner: keycap.NewOwner(), Max: max, TTL: time.Minute, Weight: weight,
+					Parent: parent, ParentMax: 4, Share: 1, Keep: time.Minute}
+			}
+			take := func(what string, dm keycap.Demand, tk *keycap.Ticket, want bool) {
+				t.Helper()
+				measure(what, dm.Max, func() {
+					if ok, _, err := s.AcquireDemand(ctx, dm, tk); ok != want || err != nil {
+						t.Fatalf("%s: %v %v", what, ok, err)
+					}
+				})
+			}
+			give := func(what string, dm keycap.Demand) {
+				t.Helper()
+				measure(what, dm.Max, func() {
+					if _, err := s.ReleaseDemand(ctx, dm, false); err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+			weighted := keycap.Demand{Pool: keycap.NewPoolID("rt", "weighted"), Owner: keycap.NewOwner(), Max: 4, TTL: time.Minute, Weight: 3}
+			take("weighted acquire", weighted, nil, true)
+			measure("weighted renewal", 4, func() {
+				if err := s.Renew(ctx, []keycap.Renewal{{Pool: weighted.Pool, Owner: weighted.Owner, TTL: time.Minute, Weight: 3}}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			give("weighted release", weighted)
+			heavy, light := d("heavy", 4, 3), d("light", 4, 1)
+			take("acquire with a parent", heavy, nil, true)
+			take("acquire with a parent", light, nil, true)
+			waiter := d("heavy", 4, 1)
+			take("refusal with a parent (a ticket)", waiter, &keycap.Ticket{TTL: time.Minute, Claim: time.Minute}, false)
+			give("release with a parent (kept for its key)", light)
+			take("the key's next caller takes the kept slot", d("light", 4, 1), nil, true)
+			measure("renewal with a parent", 4, func() {
+				if err := s.Renew(ctx, []keycap.Renewal{{Pool: heavy.Pool, Owner: heavy.Owner, TTL: time.Minute, Weight: 3, Parent: parent}}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			give("release with a parent (handed to the line)", heavy)
 		})
 	}
 }
