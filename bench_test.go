@@ -72,3 +72,42 @@ func BenchmarkLimiter(b *testing.B) {
 		_ = l.Close()
 	}
 }
+
+// BenchmarkLimiterShared is BenchmarkLimiter's serial row for a weighted
+// limit and for a limit with a parent, on memstore: what weights and
+// parents cost beside the plain cap.
+func BenchmarkLimiterShared(b *testing.B) {
+	ctx := context.Background()
+	parent := keycap.MustParent("bench", 1<<20)
+	for _, tc := range []struct {
+		name string
+		opts []keycap.LimitOption
+	}{
+		{"plain", nil},
+		{"weight=2", []keycap.LimitOption{keycap.WithWeight(2)}},
+		{"parent", []keycap.LimitOption{keycap.WithParent(parent)}},
+	} {
+		for _, keys := range []int{1, 10000} {
+			l, err := keycap.NewLimiter(memstore.New())
+			if err != nil {
+				b.Fatal(err)
+			}
+			limits := make([]keycap.Limit, keys)
+			for i := range limits {
+				limits[i] = keycap.MustLimit("bench", fmt.Sprint(i), 1<<20, tc.opts...)
+			}
+			b.Run(fmt.Sprintf("%s/keys=%d", tc.name, keys), func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					ls, err := l.Acquire(ctx, limits[i%keys])
+					if err != nil {
+						b.Fatal(err)
+					}
+					ls.Release()
+					i++
+				}
+			})
+			_ = l.Close()
+		}
+	}
+}

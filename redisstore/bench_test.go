@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,4 +255,78 @@ func BenchmarkReplicaAcks(b *testing.B) {
 			b.ReportMetric(float64(t[0].Microseconds())/float64(b.N), "plain-us/pair")
 		})
 	}
+}
+
+// BenchmarkScriptCost measures, per acquire+release pair on one pool with
+// room, the Redis server's CPU (the sum of INFO commandstats' usec over the
+// pairs) and the pairs per second, for a plain lease, a lease of weight 2
+// and a lease of a parent's key: what weights and parents cost in Redis.
+func BenchmarkScriptCost(b *testing.B) {
+	parent := keycap.MustParent("cost", 1<<20).Pool()
+	for _, kind := range []string{"plain", "weight=2", "parent"} {
+		b.Run(kind, func(b *testing.B) {
+			c := testenv.Redis(b)
+			s := newStore(b, c, testenv.Prefix(b, c))
+			ctx := context.Background()
+			p := keycap.NewPoolID("cost", kind)
+			pair := func() error {
+				o := keycap.NewOwner()
+				switch kind {
+				case "plain":
+					if ok, err := s.Acquire(ctx, p, o, 1<<20, time.Minute); err != nil || !ok {
+						return fmt.Errorf("acquire: %v %v", ok, err)
+					}
+					return s.Release(ctx, p, o)
+				}
+				d := keycap.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute, Weight: 1}
+				if kind == "weight=2" {
+					d.Weight = 2
+				} else {
+					d.Parent, d.ParentMax, d.Share, d.Keep = parent, 1<<20, 1, keycap.DefaultKeep
+				}
+				if ok, _, err := s.AcquireDemand(ctx, d, nil); err != nil || !ok {
+					return fmt.Errorf("acquire: %v %v", ok, err)
+				}
+				_, err := s.ReleaseDemand(ctx, d, false)
+				return err
+			}
+			for range 200 { // load the script, warm the connection
+				if err := pair(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before := serverUsec(b, c)
+			b.ResetTimer()
+			for b.Loop() {
+				if err := pair(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((serverUsec(b, c)-before)/float64(b.N), "redis-µs/pair")
+		})
+	}
+}
+
+// serverUsec returns the CPU Redis spent on commands so far, in µs: the sum
+// of usec over INFO commandstats.
+func serverUsec(b *testing.B, c redis.UniversalClient) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		_, rest, ok := strings.Cut(line, "usec=")
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += n
+	}
+	return total
 }

@@ -6,7 +6,8 @@
 --          kid .. owner .. '#' .. i, where kid is the key's pool in 32 hex
 --          digits: ZCARD is the parent's slots in use
 -- KEYS[2]  the meta: a hash of "max" -> the parent's max, "seq" -> the last
---          arrival, "h" .. kid -> slots the key holds, "c" .. kid ->
+--          arrival (both set by a ticket, for the fills that releases run),
+--          "h" .. kid -> slots the key holds, "c" .. kid ->
 --          "max:share:min" of a key with a line, "t" .. kid .. owner ->
 --          "expiry:claim:weight" of a ticket
 -- KEYS[3]  the keys that have a line: a set of kid
@@ -251,7 +252,6 @@ if op == 'take' then
   local max, ttl, pmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   local now = clock()
-  redis.call('HSET', meta, 'max', pmax)
   expire(now)
   fill(pmax, now)
   local line = lines .. kid
@@ -289,7 +289,7 @@ if op == 'take' then
     redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
   end
   redis.call('HSET', meta, 't' .. kid .. owner, (now + tttl) .. ':' .. claim .. ':' .. w,
-    'c' .. kid, max .. ':' .. share .. ':' .. min)
+    'c' .. kid, max .. ':' .. share .. ':' .. min, 'max', pmax)
   redis.call('SADD', waiting, kid)
   keep(line, tttl + claim)
   keep(waiting, tttl + claim)
