@@ -669,6 +669,9 @@ func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, par
 			v.errf(append(lp("shares"), k), "must be between 1 and %d, not %d", MaxShare, n)
 		}
 	}
+	if len(l.Shares) > 0 && l.ShareBy == "" && (l.Key == "" || l.Key == "ip") {
+		v.errf(lp("shares"), "a table of client addresses is not supported: look shares up by share_by: (a header or a claim)")
+	}
 	if l.Min < 0 || l.Min > max {
 		v.errf(lp("min"), "must be between 0 and the limit's max %d, not %d", max, l.Min)
 	}
