@@ -24,6 +24,9 @@ end
 if not redis.call('ZSCORE', slots, owner) and (waiting or redis.call('ZCARD', slots) + w > max) then
   return 0
 end
-lease(owner, w, now + ttl)
+redis.call('ZADD', slots, now + ttl, owner)
+for i = 1, w - 1 do
+  redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+end
 keep(slots, ttl)
 return 1

@@ -14,22 +14,9 @@ local function clock()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- member returns the i-th sorted-set member of owner's lease: a lease of
--- weight w is its owner token and w-1 more members, owner .. '#' .. i, all
--- of one expiry, so that ZCARD counts slots.
-local function member(o, i)
-  if i == 0 then
-    return o
-  end
-  return o .. '#' .. i
-end
-
--- lease adds (or extends) owner's lease of weight w to expire at exp.
-local function lease(o, w, exp)
-  for i = 0, w - 1 do
-    redis.call('ZADD', slots, exp, member(o, i))
-  end
-end
+-- A lease of weight w is its owner token and w-1 more members,
+-- owner .. '#' .. i, all of one expiry, so that ZCARD counts slots. (Added
+-- inline: a function defined here would be built on every call.)
 
 -- keep makes key live at least ms from now.
 local function keep(key, ms)
@@ -65,7 +52,10 @@ local function fill(max, now, channel)
       if n + w > max then
         break -- the head waits for w free slots
       end
-      lease(o, w, now + claim)
+      redis.call('ZADD', slots, now + claim, o)
+      for i = 1, w - 1 do
+        redis.call('ZADD', slots, now + claim, o .. '#' .. i)
+      end
       keep(slots, claim)
       n = n + w
       served[#served + 1] = o

@@ -21,7 +21,10 @@ redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
 fill(max, now, ARGV[6])
 local waiting = redis.call('EXISTS', line) == 1
 if redis.call('ZSCORE', slots, owner) or (not waiting and redis.call('ZCARD', slots) + w <= max) then
-  lease(owner, w, now + ttl)
+  redis.call('ZADD', slots, now + ttl, owner)
+  for i = 1, w - 1 do
+    redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+  end
   keep(slots, ttl)
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)

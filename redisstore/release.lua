@@ -6,8 +6,9 @@
 -- ARGV[3]  the wake-up channel
 -- ARGV[4]  the lease's weight, 1 when absent
 local owner = ARGV[1]
-for i = 0, (tonumber(ARGV[4]) or 1) - 1 do
-  redis.call('ZREM', slots, member(owner, i))
+redis.call('ZREM', slots, owner)
+for i = 1, (tonumber(ARGV[4]) or 1) - 1 do
+  redis.call('ZREM', slots, owner .. '#' .. i)
 end
 if ARGV[2] == '1' and redis.call('ZREM', line, owner) == 1 then
   redis.call('HDEL', meta, owner)
