@@ -126,12 +126,14 @@ func testWeightedHead(t *testing.T, open func() keycap.Store) {
 // releasing it frees them all.
 func testWeightedRenew(t *testing.T, open func() keycap.Store) {
 	s := open()
+	// Renewed every 300 ms with a TTL of 2 s: three renewals carry it past
+	// its first TTL's end, with room for a loaded machine.
 	d := weighted("wrenew", keycap.NewOwner(), 4, 4)
-	d.TTL = 400 * time.Millisecond
+	d.TTL = 600 * time.Millisecond
 	take(t, s, d, nil, true)
 	for range 3 {
-		time.Sleep(200 * time.Millisecond)
-		r := renew(t, s, keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 400 * time.Millisecond, Weight: 4})
+		time.Sleep(300 * time.Millisecond)
+		r := renew(t, s, keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 2 * time.Second, Weight: 4})
 		if r[0].Lost || r[0].Err != nil {
 			t.Fatalf("renewal of a live weighted lease: lost %v, %v", r[0].Lost, r[0].Err)
 		}
@@ -445,7 +447,7 @@ func testKeepExpires(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("keep-expires", 2)
 	light := f.demand("light", keycap.NewOwner(), 2, 1)
-	light.Keep = 300 * time.Millisecond
+	light.Keep = 2 * time.Second // long enough for the next call to find it, on a loaded machine
 	take(t, s, light, nil, true)
 	holdN(t, s, f, "busy", 1, 2)
 	waiter := f.demand("busy", keycap.NewOwner(), 2, 1)
@@ -454,7 +456,7 @@ func testKeepExpires(t *testing.T, open func() keycap.Store) {
 		t.Fatal("the light key's freed slot was not kept for it")
 	}
 	take(t, s, waiter, &longTicket, false)
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(2100 * time.Millisecond)
 	release(t, s, f.demand("busy", keycap.NewOwner(), 2, 1)) // releases nothing: the Limiter's call after a keep
 	take(t, s, waiter, &longTicket, true)
 }
