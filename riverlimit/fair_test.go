@@ -111,7 +111,10 @@ func TestParentSharesRiverFairly(t *testing.T) {
 		return joblimit.MustRule("all", 4, joblimit.WithWaitInPlace(0))
 	})
 	lastLight := func(m map[int][]time.Duration) time.Duration { return slices.Max(m[1]) }
-	medianFlood := func(m map[int][]time.Duration) time.Duration { s := slices.Sorted(slices.Values(m[0])); return s[len(s)/2] }
+	medianFlood := func(m map[int][]time.Duration) time.Duration {
+		s := slices.Sorted(slices.Values(m[0]))
+		return s[len(s)/2]
+	}
 	t.Logf("parent: the light customer's last job at %s, the flood's median at %s, its last at %s", lastLight(fair), medianFlood(fair), slices.Max(fair[0]))
 	t.Logf("one total: the light customer's last job at %s, the flood's median at %s, its last at %s", lastLight(line), medianFlood(line), slices.Max(line[0]))
 	if lastLight(fair) > medianFlood(fair) {
