@@ -154,6 +154,12 @@ func WithWeight(n int) Option { return Option{func(r *Rule) { r.weight = n }} }
 // in its key's pool and in p, and while keys wait, p's freed slots go to
 // them by their fair share, so one customer's flood of jobs cannot starve
 // the others (keycap.Parent). The rule's max must not exceed p's.
+//
+// A queue hands its workers jobs in its own order: jobs that wait in place
+// hold workers that the other customers' jobs, queued behind the flood,
+// would need. With a parent, WithWaitInPlace(0) parks a refused job at
+// once, so that the workers go on down the queue, and each parked job is
+// woken when the fair share hands it a slot.
 func WithParent(p keycap.Parent) Option { return Option{func(r *Rule) { r.parent = &p }} }
 
 // WithShare sets the key's weight in its parent's fair share (default 1;
