@@ -24,6 +24,16 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if len(cfg.Routes) != 2 || cfg.Routes[0].Pool != "reports" || *cfg.Routes[0].Limits[0].Max != 2 || cfg.Pusher == nil || cfg.Pusher.Upstream != cfg.Upstream {
 		t.Fatalf("parsed %+v", cfg)
 	}
+	fair, err := gateway.LoadConfig("../../../../examples/gateway-fair.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gateway.Check(fair); err != nil {
+		t.Fatal(err)
+	}
+	if len(fair.Parents) != 1 || fair.Routes[1].Limits[0].Weight != 3 || fair.Routes[0].Limits[0].Shares["acme"] != 3 {
+		t.Fatalf("parsed %+v", fair)
+	}
 }
 
 // TestConfigErrorsNameLineAndField: every problem of a file is reported at

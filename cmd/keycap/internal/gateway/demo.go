@@ -15,6 +15,7 @@ var DemoApp = pusherserver.App{ID: "1", Key: "app-key", Secret: "app-secret"}
 // front of.
 //
 //	GET /report   takes a second, like an expensive report
+//	GET /report/full  takes three seconds
 //	GET /events   server-sent events: five ticks, one a second
 //	/app/{key}    a Pusher-protocol WebSocket server (app key "app-key")
 //	GET /         says what it is
@@ -24,6 +25,13 @@ func Demo() http.Handler {
 		select {
 		case <-time.After(time.Second):
 			fmt.Fprintf(w, "report for %s\n", r.Header.Get("X-User"))
+		case <-r.Context().Done():
+		}
+	})
+	mux.HandleFunc("GET /report/full", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(3 * time.Second):
+			fmt.Fprintf(w, "full report for %s\n", r.Header.Get("X-Tenant"))
 		case <-r.Context().Done():
 		}
 	})
@@ -42,7 +50,7 @@ func Demo() http.Handler {
 	})
 	mux.Handle("/app/", pusherserver.New(nil, DemoApp))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "keycap demo upstream: GET /report (1 s), GET /events (SSE), /app/app-key (Pusher)")
+		fmt.Fprintln(w, "keycap demo upstream: GET /report (1 s), GET /report/full (3 s), GET /events (SSE), /app/app-key (Pusher)")
 	})
 	return mux
 }
