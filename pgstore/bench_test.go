@@ -40,6 +40,18 @@ func BenchmarkRoundTrips(b *testing.B) {
 	for i := range sync {
 		sync[i] = keycap.SyncPool{Pool: keycap.NewPoolID("rt-sync", fmt.Sprint(i)), Members: []keycap.Owner{keycap.NodeOwner(node, fmt.Sprint(i))}}
 	}
+	weighted := keycap.Demand{Pool: keycap.NewPoolID("rt", "weighted"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: 2}
+	parent := keycap.MustParent("rt", 5).Pool()
+	kid := keycap.Demand{Pool: keycap.NewPoolID("rt", "kid"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: 1,
+		Parent: parent, ParentMax: 5, Share: 1, Keep: keycap.DefaultKeep}
+	fullParent := keycap.MustParent("rt-full", 5).Pool()
+	fullKid := func() keycap.Demand {
+		return keycap.Demand{Pool: keycap.NewPoolID("rt", "full-kid"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Hour, Weight: 1,
+			Parent: fullParent, ParentMax: 5, Share: 1}
+	}
+	for range 5 {
+		_, _, _ = s.AcquireDemand(ctx, fullKid(), nil)
+	}
 	ops := []struct {
 		name string
 		fn   func() error
@@ -59,6 +71,14 @@ func BenchmarkRoundTrips(b *testing.B) {
 		{"paused", func() error { _, err := s.Paused(ctx, free); return err }},
 		{"pace", func() error {
 			_, err := s.Pace(ctx, free, keycap.Rate{Events: 1000, Period: time.Second, Burst: 1000})
+			return err
+		}},
+		{"weighted-acquire", func() error { _, _, err := s.AcquireDemand(ctx, weighted, nil); return err }},
+		{"weighted-release", func() error { _, err := s.ReleaseDemand(ctx, weighted, false); return err }},
+		{"parent-acquire", func() error { _, _, err := s.AcquireDemand(ctx, kid, nil); return err }},
+		{"parent-release", func() error { _, err := s.ReleaseDemand(ctx, kid, false); return err }},
+		{"parent-refusal-with-ticket", func() error {
+			_, _, err := s.AcquireDemand(ctx, fullKid(), &keycap.Ticket{TTL: time.Minute, Claim: time.Second})
 			return err
 		}},
 	}

@@ -447,6 +447,9 @@ DECLARE
     served bytea := ''::bytea;
 BEGIN
     DELETE FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi AND expires_at <= now_;
+    IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi) THEN
+        RETURN; -- nobody waits: the common case, decided by one index probe
+    END IF;
     IF pmax IS NULL THEN
         SELECT tk.parent_max INTO pmax FROM "public"."keycap_ticket" tk WHERE tk.pool BETWEEN lo AND hi ORDER BY tk.arrival DESC LIMIT 1;
         IF pmax IS NULL THEN
@@ -513,14 +516,17 @@ BEGIN
     SELECT coalesce(sum(l.weight), 0) INTO held FROM "public"."keycap_lease" l WHERE l.pool = kp;
     IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = kp) AND held + w <= m
         AND "public"."keycap_pheld"(par) + w <= pmax THEN
-        SELECT * INTO b FROM "public"."keycap_pbest"(par, now_);
-        IF b.pool IS NOT NULL THEN
-            IF (held < mn) <> (b.held < b.min_) THEN
-                first := held < mn;
-            ELSIF held < mn THEN
-                first := held * b.min_ < b.held * mn;
-            ELSE
-                first := held * b.share_ < b.held * sh;
+        IF EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN par || '\x00000000000000000000000000000000'::bytea
+                AND par || '\xffffffffffffffffffffffffffffffff'::bytea) THEN
+            SELECT * INTO b FROM "public"."keycap_pbest"(par, now_);
+            IF b.pool IS NOT NULL THEN
+                IF (held < mn) <> (b.held < b.min_) THEN
+                    first := held < mn;
+                ELSIF held < mn THEN
+                    first := held * b.min_ < b.held * mn;
+                ELSE
+                    first := held * b.share_ < b.held * sh;
+                END IF;
             END IF;
         END IF;
         IF first THEN
