@@ -573,15 +573,20 @@ DECLARE
     b record;
     first boolean;
     kept boolean := false;
+    waiting boolean;
 BEGIN
     PERFORM "public"."keycap_lock"(par);
+    waiting := EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi);
+    IF waiting THEN
+        now_ := clock_timestamp();
+        -- First: a lease that expired frees nothing to keep.
+        DELETE FROM "public"."keycap_lease" WHERE pool BETWEEN lo AND hi AND expires_at <= now_;
+    END IF;
     DELETE FROM "public"."keycap_lease" WHERE pool = kp AND owner = o RETURNING weight INTO w;
     IF leave THEN
         DELETE FROM "public"."keycap_ticket" WHERE pool = kp AND owner = o;
     END IF;
-    IF EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi) THEN
-        now_ := clock_timestamp();
-        DELETE FROM "public"."keycap_lease" WHERE pool BETWEEN lo AND hi AND expires_at <= now_;
+    IF waiting AND EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool BETWEEN lo AND hi) THEN
         IF w IS NOT NULL AND NOT leave AND keep_ms > 0 AND NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = kp) THEN
             SELECT * INTO b FROM "public"."keycap_pbest"(par, now_);
             IF b.pool IS NOT NULL AND b.pool <> kp THEN

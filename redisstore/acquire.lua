@@ -21,12 +21,23 @@ if waiting then
   fill(max, now, ARGV[4])
   waiting = redis.call('EXISTS', line) == 1
 end
-if not redis.call('ZSCORE', slots, owner) and (waiting or redis.call('ZCARD', slots) + w > max) then
+local held = redis.call('ZSCORE', slots, owner)
+if not held and (waiting or redis.call('ZCARD', slots) + w > max) then
   return 0
 end
 redis.call('ZADD', slots, now + ttl, owner)
-for i = 1, w - 1 do
-  redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+if held then
+  -- the lease's other members, whatever its weight (a weight that changed
+  -- since keeps the lease's)
+  local i = 1
+  while redis.call('ZSCORE', slots, owner .. '#' .. i) do
+    redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+    i = i + 1
+  end
+else
+  for i = 1, w - 1 do
+    redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+  end
 end
 keep(slots, ttl)
 return 1

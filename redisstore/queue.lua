@@ -20,10 +20,19 @@ local now = clock()
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
 fill(max, now, ARGV[6])
 local waiting = redis.call('EXISTS', line) == 1
-if redis.call('ZSCORE', slots, owner) or (not waiting and redis.call('ZCARD', slots) + w <= max) then
+local held = redis.call('ZSCORE', slots, owner)
+if held or (not waiting and redis.call('ZCARD', slots) + w <= max) then
   redis.call('ZADD', slots, now + ttl, owner)
-  for i = 1, w - 1 do
-    redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+  if held then
+    local i = 1 -- the lease's other members, whatever its weight
+    while redis.call('ZSCORE', slots, owner .. '#' .. i) do
+      redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+      i = i + 1
+    end
+  else
+    for i = 1, w - 1 do
+      redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
+    end
   end
   keep(slots, ttl)
   if waiting and redis.call('ZREM', line, owner) == 1 then

@@ -5,14 +5,15 @@
 --          a lease of weight w is w members, kid .. owner and
 --          kid .. owner .. '#' .. i, where kid is the key's pool in 32 hex
 --          digits: ZCARD is the parent's slots in use
--- KEYS[2]  the meta: a hash of "max" -> the parent's max, "seq" -> the last
---          arrival (both set by a ticket, for the fills that releases run),
---          "h" .. kid -> slots the key holds, "c" .. kid ->
---          "max:share:min" of a key with a line, "t" .. kid .. owner ->
---          "expiry:claim:weight" of a ticket
+-- KEYS[2]  the meta: a hash of "h" .. kid -> slots the key holds, "max" ->
+--          the parent's max and "seq" -> the last arrival (both written by
+--          tickets, for the fills that releases run)
 -- KEYS[3]  the keys that have a line: a set of kid
--- A key's line is the sorted set (ARGV[3] .. kid) of owner -> arrival. Every
--- name shares the parent's hash tag, so a script touches one Cluster slot.
+-- A key's line is the sorted set ARGV[2] .. kid of owner -> arrival, and its
+-- tickets the hash ARGV[2] .. kid .. ':t' of owner -> "expiry:claim:weight"
+-- and "c" -> the key's "max:share:min"; the two expire with the line's last
+-- ticket. Every name shares the parent's hash tag, so a script touches one
+-- Cluster slot.
 --
 -- ARGV[1]  the operation: take (acquire or queue), give (release or
 --          dequeue), renew
@@ -20,7 +21,7 @@
 -- ARGV[3]  the wake-up channel
 -- ARGV[4]  kid
 -- ARGV[5]  owner token
--- ARGV[6]  the lease's weight
+-- ARGV[6]  the lease's weight (a lease already held keeps its own)
 -- and, per operation:
 --   take:  ARGV[7] the key's max, ARGV[8] the lease's ttl (ms), ARGV[9] the
 --          parent's max, ARGV[10] the key's share, ARGV[11] its minimum,
@@ -35,6 +36,7 @@
 local leases, meta, waiting = KEYS[1], KEYS[2], KEYS[3]
 local op, lines, channel, kid, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local w = tonumber(ARGV[6])
+local kept = string.rep('\0', 16)
 
 local function clock()
   local t = redis.call('TIME')
@@ -47,7 +49,8 @@ local function keep(key, ms)
   end
 end
 
--- keepLeases keeps the leases and the meta that counts them alive together.
+-- keepLeases keeps the leases and the meta that counts them alive together:
+-- the meta outlives the leases.
 local function keepLeases(ms)
   keep(leases, ms)
   keep(meta, ms)
@@ -70,26 +73,18 @@ local function member(c, o, i)
   return c .. o .. '#' .. i
 end
 
--- grant adds (or extends) o's lease of weight n in key c until exp.
-local function grant(c, o, n, exp, fresh)
-  for i = 0, n - 1 do
-    redis.call('ZADD', leases, exp, member(c, o, i))
+-- reconcile drops the counts of leases that Redis expired with their key
+-- (every lease lapsed): the meta, kept alive by tickets, would still count
+-- them.
+local function reconcile()
+  if redis.call('EXISTS', leases) == 1 then
+    return
   end
-  if fresh then
-    count(c, n)
+  for _, f in ipairs(redis.call('HKEYS', meta)) do
+    if string.sub(f, 1, 1) == 'h' then
+      redis.call('HDEL', meta, f)
+    end
   end
-end
-
--- drop removes o's lease of weight n in key c and returns the slots freed.
-local function drop(c, o, n)
-  local freed = 0
-  for i = 0, n - 1 do
-    freed = freed + redis.call('ZREM', leases, member(c, o, i))
-  end
-  if freed > 0 then
-    count(c, -freed)
-  end
-  return freed
 end
 
 -- expire drops the expired leases of every key.
@@ -109,32 +104,37 @@ local function expire(now)
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 end
 
-local function config(c)
-  local v = redis.call('HGET', meta, 'c' .. c)
-  if not v then
-    return 0, 1, 0
+-- grant adds o's lease of weight n in key c until exp.
+local function grant(c, o, n, exp)
+  for i = 0, n - 1 do
+    redis.call('ZADD', leases, exp, member(c, o, i))
   end
-  local max, share, min = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(max), tonumber(share), tonumber(min)
+  count(c, n)
 end
 
--- before reports whether a key holding ah slots of share as and minimum am
--- is served before one holding bh of bs and bm: below its minimum first,
--- then the fewest slots for its share. It also reports a tie.
-local function before(ah, as, am, bh, bs, bm)
-  local ab, bb = ah < am, bh < bm
-  if ab ~= bb then
-    return ab, false
+-- extend moves o's lease in key c to expire at exp, whatever its weight
+-- (a weight that changed since keeps the lease's), and returns its weight.
+local function extend(c, o, exp)
+  local n = 0
+  while redis.call('ZSCORE', leases, member(c, o, n)) do
+    redis.call('ZADD', leases, exp, member(c, o, n))
+    n = n + 1
   end
-  local aw, bw = as, bs
-  if ab then
-    aw, bw = am, bm
-  end
-  local x, y = ah * bw, bh * aw
-  return x < y, x == y
+  return n
 end
 
-local kept = string.rep('\0', 16)
+-- drop removes o's lease in key c, whatever its weight, and returns the
+-- slots freed.
+local function drop(c, o)
+  local freed = 0
+  while redis.call('ZREM', leases, member(c, o, freed)) == 1 do
+    freed = freed + 1
+  end
+  if freed > 0 then
+    count(c, -freed)
+  end
+  return freed
+end
 
 -- keptSlots returns how many slots are kept for c.
 local function keptSlots(c)
@@ -160,13 +160,39 @@ local function takeKept(c, n)
   return true
 end
 
+local function config(c)
+  local v = redis.call('HGET', lines .. c .. ':t', 'c')
+  if not v then
+    return 0, 1, 0
+  end
+  local max, share, min = string.match(v, '^(%d+):(%d+):(%d+)$')
+  return tonumber(max), tonumber(share), tonumber(min)
+end
+
+-- before reports whether a key holding ah slots of share as and minimum am
+-- is served before one holding bh of bs and bm: below its minimum first,
+-- then the fewest slots for its share. It also reports a tie.
+local function before(ah, as, am, bh, bs, bm)
+  local ab, bb = ah < am, bh < bm
+  if ab ~= bb then
+    return ab, false
+  end
+  local aw, bw = as, bs
+  if ab then
+    aw, bw = am, bm
+  end
+  local x, y = ah * bw, bh * aw
+  return x < y, x == y
+end
+
+-- unline takes o's ticket out of c's line.
 local function unline(c, o)
   local line = lines .. c
   if redis.call('ZREM', line, o) == 1 then
-    redis.call('HDEL', meta, 't' .. c .. o)
+    redis.call('HDEL', line .. ':t', o)
     if redis.call('EXISTS', line) == 0 then
       redis.call('SREM', waiting, c)
-      redis.call('HDEL', meta, 'c' .. c)
+      redis.call('DEL', line .. ':t')
     end
   end
 end
@@ -179,11 +205,11 @@ local function head(c, now)
     local h = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
     if #h == 0 then
       redis.call('SREM', waiting, c)
-      redis.call('HDEL', meta, 'c' .. c)
+      redis.call('DEL', line .. ':t')
       return nil
     end
     local o, seq = h[1], tonumber(h[2])
-    local m = redis.call('HGET', meta, 't' .. c .. o)
+    local m = redis.call('HGET', line .. ':t', o)
     if m then
       local exp, claim, n = string.match(m, '^(%d+):(%d+):(%d+)$')
       if tonumber(exp) > now and not redis.call('ZSCORE', leases, c .. o) then
@@ -191,7 +217,7 @@ local function head(c, now)
       end
     end
     redis.call('ZREM', line, o)
-    redis.call('HDEL', meta, 't' .. c .. o)
+    redis.call('HDEL', line .. ':t', o)
   end
 end
 
@@ -234,7 +260,7 @@ local function fill(pmax, now)
       break
     end
     unline(b.c, b.o)
-    grant(b.c, b.o, b.n, now + b.claim, true)
+    grant(b.c, b.o, b.n, now + b.claim)
     keepLeases(b.claim)
     total = total + b.n
     served[#served + 1] = b.o
@@ -248,6 +274,8 @@ local function fill(pmax, now)
   end
 end
 
+reconcile()
+
 if op == 'take' then
   local max, ttl, pmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
@@ -256,18 +284,19 @@ if op == 'take' then
   fill(pmax, now)
   local line = lines .. kid
   if redis.call('ZSCORE', leases, kid .. owner) then
-    grant(kid, owner, w, now + ttl, false)
+    extend(kid, owner, now + ttl)
     keepLeases(ttl)
     unline(kid, owner)
     return {1, 0}
   end
-  if redis.call('EXISTS', line) == 0 and takeKept(kid, w) then
-    grant(kid, owner, w, now + ttl, true)
+  local lined = redis.call('EXISTS', line) == 1
+  if not lined and takeKept(kid, w) then
+    grant(kid, owner, w, now + ttl)
     keepLeases(ttl)
     return {1, 0}
   end
   local h = held(kid)
-  if redis.call('EXISTS', line) == 0 and h + w <= max and redis.call('ZCARD', leases) + w <= pmax then
+  if not lined and h + w <= max and redis.call('ZCARD', leases) + w <= pmax then
     local first = true
     if redis.call('EXISTS', waiting) == 1 then
       local b = best(now)
@@ -276,47 +305,51 @@ if op == 'take' then
       end
     end
     if first then
-      grant(kid, owner, w, now + ttl, true)
+      grant(kid, owner, w, now + ttl)
       keepLeases(ttl)
       return {1, 0}
     end
   end
   if tttl == 0 then
-    keepLeases(ttl)
     return {0, 0}
   end
   if not redis.call('ZSCORE', line, owner) then
     redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
   end
-  redis.call('HSET', meta, 't' .. kid .. owner, (now + tttl) .. ':' .. claim .. ':' .. w,
-    'c' .. kid, max .. ':' .. share .. ':' .. min, 'max', pmax)
+  redis.call('HSET', line .. ':t', owner, (now + tttl) .. ':' .. claim .. ':' .. w, 'c', max .. ':' .. share .. ':' .. min)
+  redis.call('HSET', meta, 'max', pmax)
   redis.call('SADD', waiting, kid)
   keep(line, tttl + claim)
+  keep(line .. ':t', tttl + claim)
   keep(waiting, tttl + claim)
   keep(meta, tttl + claim)
   return {0, redis.call('ZRANK', line, owner)}
 end
 
 if op == 'give' then
-  local freed = drop(kid, owner, w)
-  local keep, share, min = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+  local keepMs, share, min = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+  local now
+  local lined = redis.call('EXISTS', waiting) == 1
+  if lined then
+    now = clock()
+    expire(now) -- first: a lease that expired frees nothing to keep
+  end
+  local freed = drop(kid, owner)
   if ARGV[7] == '1' then
     unline(kid, owner)
   end
   local isKept = 0
-  if redis.call('EXISTS', waiting) == 1 then
-    local now = clock()
-    expire(now)
+  if lined then
     -- Kept for the key when it would be served first if it asked again.
-    if freed > 0 and ARGV[7] ~= '1' and keep > 0 and redis.call('EXISTS', lines .. kid) == 0 then
+    if freed > 0 and ARGV[7] ~= '1' and keepMs > 0 and redis.call('EXISTS', lines .. kid) == 0 then
       local b = best(now)
       if b and b.c ~= kid and before(held(kid), share, min, b.h, b.share, b.min) then
         local r = keptSlots(kid)
         for i = 0, r + freed - 1 do
-          redis.call('ZADD', leases, now + keep, member(kid, kept, i))
+          redis.call('ZADD', leases, now + keepMs, member(kid, kept, i))
         end
         count(kid, freed)
-        keepLeases(keep)
+        keepLeases(keepMs)
         isKept = 1
       end
     end
@@ -333,12 +366,10 @@ if op == 'renew' then
     return 0
   end
   if tonumber(exp) <= now then
-    drop(kid, owner, w)
+    drop(kid, owner)
     return 0
   end
-  for i = 0, w - 1 do
-    redis.call('ZADD', leases, 'XX', now + ttl, member(kid, owner, i))
-  end
+  extend(kid, owner, now + ttl)
   keepLeases(ttl)
   return 1
 end

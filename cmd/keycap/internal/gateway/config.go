@@ -743,6 +743,7 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 		v.errf(rp("limits"), "at least one limit")
 	}
 	keys := map[string]bool{}
+	parentsUsed := map[string]bool{}
 	for j, l := range r.Limits {
 		lp := func(f string) []any { return rp("limits", j, f) }
 		switch {
@@ -761,6 +762,12 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 		v.failMode(lp("fail_mode"), l.FailMode)
 		v.nonNegative(lp("budget"), l.Budget)
 		v.sharing(lp, l, c, parents)
+		if l.Parent != "" {
+			if parentsUsed[l.Parent] {
+				v.errf(lp("parent"), "two limits of one route under parent %q: a request would count twice in its total", l.Parent)
+			}
+			parentsUsed[l.Parent] = true
+		}
 		switch l.OnMissing {
 		case "", MissingIP, MissingRefuse:
 		default:

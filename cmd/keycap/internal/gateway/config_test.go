@@ -154,6 +154,10 @@ routes:
 			"routes[0].limits[0].weight",
 			"line 25, column 62: routes[1].limits[0].share_by: a header is set by the client",
 		}},
+		{"two limits under one parent", "upstream: http://x\nparents: [{name: p, max: 4}]\nroutes:\n  - {name: a, path: /a, limits: [{max: 2, key: \"header:X-User\", parent: p}, {max: 4, key: \"header:X-Tenant\", parent: p}]}\n",
+			[]string{"routes[0].limits[1].parent: two limits of one route under parent \"p\""}},
+		{"shares of addresses", "upstream: http://x\nparents: [{name: p, max: 4}]\nroutes:\n  - {name: a, path: /a, limits: [{max: 2, parent: p, shares: {10.0.0.1: 2}}]}\n",
+			[]string{"routes[0].limits[0].shares: a table of client addresses is not supported"}},
 		{"env not set", "upstream: http://x\nstore:\n  password: ${KEYCAP_TEST_UNSET_VARIABLE}\n", []string{"line 3, column 13: store.password: environment variable KEYCAP_TEST_UNSET_VARIABLE is not set"}},
 	}
 	for _, tc := range cases {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,12 +83,7 @@ func (h *handover) releasePrev(pool keycap.PoolID, owner keycap.Owner) {
 }
 
 func (h *handover) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	ref := leaseRef{pool, owner}
-	h.mu.Lock()
-	_, inPrev := h.inPrev[ref]
-	delete(h.inPrev, ref)
-	h.mu.Unlock()
-	if inPrev {
+	if h.forget(pool, owner) {
 		h.releasePrev(pool, owner)
 	}
 	return h.Store.Release(ctx, pool, owner)
@@ -98,7 +94,7 @@ func (h *handover) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	h.mu.Lock()
 	for _, r := range batch {
 		if _, ok := h.inPrev[leaseRef{r.Pool, r.Owner}]; ok {
-			prevBatch = append(prevBatch, keycap.Renewal{Pool: r.Pool, Owner: r.Owner, TTL: r.TTL})
+			prevBatch = append(prevBatch, keycap.Renewal{Pool: r.Pool, Owner: r.Owner, TTL: r.TTL, Weight: r.Weight, Parent: r.Parent})
 		}
 	}
 	h.mu.Unlock()
@@ -123,4 +119,140 @@ func (h *handover) Sync(ctx context.Context, node keycap.NodeID, ttl time.Durati
 		cancel()
 	}
 	return h.Store.(keycap.Syncer).Sync(ctx, node, ttl, batch)
+}
+
+// The new store's lines, notifications and shares serve the Limiter built on
+// the handover, so that waiters are still woken and weighted and parented
+// limits still work after the switch. Their slots are taken in the old store
+// too, as Acquire's are, while the handover lasts (without a ticket there:
+// the new store's line decides who is next).
+
+var (
+	_ keycap.Liner    = (*handover)(nil)
+	_ keycap.Notifier = (*handover)(nil)
+	_ keycap.Sharer   = (*handover)(nil)
+)
+
+// errNoLines is the error of a line call on a store that keeps no lines: the
+// gateway's stores all do.
+var errNoLines = errors.New("gateway: the store keeps no lines or shares")
+
+// takePrev takes owner's slot in the old store with take, while the handover
+// lasts. It reports whether the old store refused (the cap holds across the
+// switch) and whether it took the slot.
+func (h *handover) takePrev(ctx context.Context, take func(context.Context) (bool, error)) (refused, took bool, err error) {
+	if !h.active.Load() {
+		return false, false, nil
+	}
+	pctx, cancel := prevCtx(ctx)
+	ok, perr := take(pctx)
+	cancel()
+	switch {
+	case perr != nil && ctx.Err() != nil:
+		return false, false, ctx.Err()
+	case perr == nil && !ok:
+		return true, false, nil
+	}
+	return false, perr == nil, nil
+}
+
+func (h *handover) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+	next, ok := h.Store.(keycap.Liner)
+	if !ok {
+		return false, 0, errNoLines
+	}
+	refused, took, err := h.takePrev(ctx, func(ctx context.Context) (bool, error) { return h.prev.Acquire(ctx, pool, owner, max, ttl) })
+	if err != nil || refused {
+		return false, 0, err
+	}
+	granted, ahead, err := next.Queue(ctx, pool, owner, max, ttl, t)
+	h.settle(took, granted && err == nil, pool, owner, func() { h.releasePrev(pool, owner) })
+	return granted, ahead, err
+}
+
+func (h *handover) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+	next, ok := h.Store.(keycap.Liner)
+	if !ok {
+		return errNoLines
+	}
+	if h.forget(pool, owner) {
+		h.releasePrev(pool, owner)
+	}
+	return next.Dequeue(ctx, pool, owner)
+}
+
+func (h *handover) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap.Owner)) (func(), error) {
+	next, ok := h.Store.(keycap.Notifier)
+	if !ok {
+		return nil, errNoLines
+	}
+	return next.Notify(ctx, pool, fn)
+}
+
+func (h *handover) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+	next, ok := h.Store.(keycap.Sharer)
+	if !ok {
+		return false, 0, errNoLines
+	}
+	prev, _ := h.prev.(keycap.Sharer)
+	var refused, took bool
+	var err error
+	if prev != nil {
+		refused, took, err = h.takePrev(ctx, func(ctx context.Context) (bool, error) {
+			ok, _, err := prev.AcquireDemand(ctx, d, nil)
+			return ok, err
+		})
+	}
+	if err != nil || refused {
+		return false, 0, err
+	}
+	granted, ahead, err := next.AcquireDemand(ctx, d, t)
+	h.settle(took, granted && err == nil, d.Pool, d.Owner, func() { h.releasePrevDemand(prev, d) })
+	return granted, ahead, err
+}
+
+func (h *handover) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) (bool, error) {
+	next, ok := h.Store.(keycap.Sharer)
+	if !ok {
+		return false, errNoLines
+	}
+	if h.forget(d.Pool, d.Owner) {
+		prev, _ := h.prev.(keycap.Sharer)
+		h.releasePrevDemand(prev, d)
+	}
+	return next.ReleaseDemand(ctx, d, dequeue)
+}
+
+// settle records a slot taken in the old store when the new one granted it
+// too, and gives it back otherwise.
+func (h *handover) settle(took, granted bool, pool keycap.PoolID, owner keycap.Owner, giveBack func()) {
+	switch {
+	case took && granted:
+		h.mu.Lock()
+		h.inPrev[leaseRef{pool, owner}] = struct{}{}
+		h.mu.Unlock()
+	case took:
+		giveBack()
+	}
+}
+
+// forget reports whether owner's slot of pool was also taken in the old
+// store, and forgets it.
+func (h *handover) forget(pool keycap.PoolID, owner keycap.Owner) bool {
+	ref := leaseRef{pool, owner}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, in := h.inPrev[ref]
+	delete(h.inPrev, ref)
+	return in
+}
+
+func (h *handover) releasePrevDemand(prev keycap.Sharer, d keycap.Demand) {
+	if prev == nil {
+		return
+	}
+	ctx, cancel := prevCtx(context.Background())
+	defer cancel()
+	d.Keep = 0 // the old store keeps nothing for anyone
+	_, _ = prev.ReleaseDemand(ctx, d, false)
 }

@@ -92,6 +92,18 @@ func TestReloadKeepsTheOldStoreUntilItsRequestsEnd(t *testing.T) {
 // both stores, so a cap of 3 admits no fourth during the switch.
 func TestReloadOntoAnotherStoreKeepsTheCap(t *testing.T) {
 	t.Parallel()
+	reloadKeepsTheCap(t, "", "{max: 3, key: 'header:X-User'}")
+}
+
+// TestReloadOntoAnotherStoreKeepsAParent: the same for a limit with a
+// parent, which the store after the switch must still serve (the handover
+// passes shares and lines on to it).
+func TestReloadOntoAnotherStoreKeepsAParent(t *testing.T) {
+	t.Parallel()
+	reloadKeepsTheCap(t, "parents: [{name: all, max: 3}]\n", "{max: 3, key: 'header:X-User', parent: all, wait: 1ms}")
+}
+
+func reloadKeepsTheCap(t *testing.T, parents, limit string) {
 	entered, finish := make(chan struct{}, 10), make(chan struct{})
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("hold") != "" {
@@ -107,8 +119,8 @@ func TestReloadOntoAnotherStoreKeepsTheCap(t *testing.T) {
 	done := func() { finished.Do(func() { close(finish) }) }
 	defer done()
 	config := func(prefix string) *Config {
-		cfg, err := ParseConfig("t.yaml", []byte("upstream: "+upstream.URL+"\nstore: {type: memory, prefix: "+prefix+"}\n"+
-			"routes: [{name: r, path: /, limits: [{max: 3, key: 'header:X-User'}]}]\n"))
+		cfg, err := ParseConfig("t.yaml", []byte("upstream: "+upstream.URL+"\nstore: {type: memory, prefix: "+prefix+"}\n"+parents+
+			"routes: [{name: r, path: /, limits: ["+limit+"]}]\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
