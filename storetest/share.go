@@ -26,6 +26,7 @@ func testShares(t *testing.T, ns Namespace) {
 		{"MinimumIsServedFirst", testMinimum},
 		{"FreshCallersDoNotOvertakeAFairerKey", testFairNoOvertaking},
 		{"ExpiryInAnyKeyHandsOn", testKidExpiry},
+		{"LapsedLeasesFreeTheirKey", testKidLapsed},
 		{"NotifiesOnTheParent", testParentNotifies},
 		{"KidLeaseRenewal", testKidRenew},
 		{"FreedSlotIsKeptForAFairerKey", testKeep},
@@ -459,4 +460,21 @@ func testKeepExpires(t *testing.T, open func() keycap.Store) {
 	time.Sleep(2100 * time.Millisecond)
 	release(t, s, f.demand("busy", keycap.NewOwner(), 2, 1)) // releases nothing: the Limiter's call after a keep
 	take(t, s, waiter, &longTicket, true)
+}
+
+// testKidLapsed: when every lease of a parent lapses unreleased (its holders
+// crashed) while a ticket waits, the key's slots are free again: its waiter
+// and its fresh callers are served.
+func testKidLapsed(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("lapsed", 4)
+	gone := f.demand("a", keycap.NewOwner(), 1, 1)
+	gone.TTL = 300 * time.Millisecond
+	take(t, s, gone, nil, true)
+	waiter := f.demand("a", keycap.NewOwner(), 1, 1)
+	take(t, s, waiter, &longTicket, false) // a's own max
+	time.Sleep(500 * time.Millisecond)
+	take(t, s, waiter, &longTicket, true)
+	give(t, s, waiter, false)
+	take(t, s, f.demand("a", keycap.NewOwner(), 1, 1), nil, true)
 }
