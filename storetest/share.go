@@ -127,14 +127,14 @@ func testWeightedHead(t *testing.T, open func() keycap.Store) {
 // releasing it frees them all.
 func testWeightedRenew(t *testing.T, open func() keycap.Store) {
 	s := open()
-	// Renewed every 300 ms with a TTL of 2 s: three renewals carry it past
-	// its first TTL's end, with room for a loaded machine.
+	// A TTL of 1 s, renewed every 300 ms: four renewals carry it past its
+	// first TTL's end, each with 700 ms to spare on a loaded machine.
 	d := weighted("wrenew", keycap.NewOwner(), 4, 4)
-	d.TTL = 600 * time.Millisecond
+	d.TTL = time.Second
 	take(t, s, d, nil, true)
-	for range 3 {
+	for range 4 {
 		time.Sleep(300 * time.Millisecond)
-		r := renew(t, s, keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 2 * time.Second, Weight: 4})
+		r := renew(t, s, keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: time.Second, Weight: 4})
 		if r[0].Lost || r[0].Err != nil {
 			t.Fatalf("renewal of a live weighted lease: lost %v, %v", r[0].Lost, r[0].Err)
 		}
