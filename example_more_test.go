@@ -124,3 +124,48 @@ func ExampleLimiter_AcquireOrPark() {
 	// woken
 	// claimed the slot: true
 }
+
+// A total shared by tenants: at most 4 exports at once in all, at most 3 per
+// tenant. A tenant alone borrows up to its own 3; a second tenant gets the
+// fourth slot, and then the parent is full for everyone.
+func ExampleWithParent() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	exports := keycap.MustParent("exports", 4)
+	tenant := func(id string) keycap.Limit {
+		return keycap.MustLimit("exports", "tenant:"+id, 3, keycap.WithParent(exports))
+	}
+	ctx := context.Background()
+	for _, id := range []string{"acme", "acme", "acme", "acme", "globex", "globex"} {
+		ls, err := limiter.Acquire(ctx, tenant(id))
+		if err != nil {
+			fmt.Println(id, "refused")
+			continue
+		}
+		defer ls.Release()
+		fmt.Println(id, "runs")
+	}
+	// Output:
+	// acme runs
+	// acme runs
+	// acme runs
+	// acme refused
+	// globex runs
+	// globex refused
+}
+
+// A call that costs more: a full export takes 3 of the tenant's 4 slots, a
+// read 1, in the same pool.
+func ExampleWithWeight() {
+	limiter, _ := keycap.NewLimiter(memstore.New())
+	defer limiter.Close()
+	full := keycap.MustLimit("api", "tenant:acme", 4, keycap.WithWeight(3))
+	read := keycap.MustLimit("api", "tenant:acme", 4)
+	ctx := context.Background()
+	export, _ := limiter.Acquire(ctx, full)
+	defer export.Release()
+	_, err1 := limiter.Acquire(ctx, read)
+	_, err2 := limiter.Acquire(ctx, read)
+	fmt.Println(err1 == nil, errors.Is(err2, keycap.ErrLimitExceeded))
+	// Output: true true
+}
