@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/keycap/keycap"
@@ -290,4 +291,35 @@ func ReportMetrics(b interface{ ReportMetric(float64, string) }, r Report, job t
 		b.ReportMetric(float64(row.P99)/float64(job), row.Tenant+"-p99-jobs")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// Check fails t unless the parents' run r of the workload was fair,
+// in the ways that hold on a loaded machine too: the total held (at most
+// total slots at once), Jain's index at least 0.95, and each light
+// tenant's median wait at most a job and a quarter of the flood's — in one
+// line the light tenants wait as long as the flood. (The p99 against the
+// flood's absence is BENCHMARKS.md's, measured on a quiet machine: on one
+// that two suites load at once, a waiter can miss its notification and
+// wait for its poll.)
+func Check(t testing.TB, r Report, total int, job time.Duration, flood string, light ...string) {
+	t.Helper()
+	if r.Peak > total {
+		t.Errorf("%d slots held at once: above the total of %d", r.Peak, total)
+	}
+	if r.Jain < 0.95 {
+		t.Errorf("Jain's index %.3f, want at least 0.95 (aim 0.99)", r.Jain)
+	}
+	f, err := r.Row(flood)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range light {
+		l, err := r.Row(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.P50 > job || l.P50 > f.P50/4 {
+			t.Errorf("%s's median wait %s against the flood's %s: it waits behind the flood (a job is %s)", name, l.P50, f.P50, job)
+		}
+	}
 }

@@ -35,33 +35,21 @@ func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) 
 	return fairtest.Analyse(c, ts, start, tallies)
 }
 
-// TestParentsShareFairly: with parents, the light tenants get their demand
-// whatever the flood, and wait at most about one job more than alone; with
-// a plain cap on the total, they wait in its one line behind the flood.
+// TestParentsShareFairly: with parents, the light tenants get their
+// demand whatever the flood and do not wait behind it (fairtest.Check);
+// with a plain cap on the total, they wait in its one line behind the
+// flood, which the same measures see.
 func TestParentsShareFairly(t *testing.T) {
-	// Jobs of 50 ms, so that a loaded machine's scheduling delays (tens
-	// of milliseconds when two suites run at once) stay well inside the
-	// slack of two jobs; with one line, the light tenants wait five.
 	const job = 50 * time.Millisecond
-	base := run(t, fairtest.Parents, alone, job, time.Second)
 	fair := run(t, fairtest.Parents, tenants, job, 2*time.Second)
 	fifo := run(t, fairtest.OneLine, tenants, job, 2*time.Second)
-	t.Logf("\n%s%s%s", base, fair, fifo)
-	if fair.Peak > 20 || fifo.Peak > 20 {
-		t.Errorf("peaks %d and %d slots at once: above the total of 20", fair.Peak, fifo.Peak)
-	}
-	if fair.Jain < 0.95 {
-		t.Errorf("Jain's index with parents %.3f, want at least 0.95 (aim 0.99)", fair.Jain)
+	t.Logf("\n%s%s", fair, fifo)
+	fairtest.Check(t, fair, 20, job, "flood", "light-a", "light-b")
+	if fifo.Peak > 20 {
+		t.Errorf("%d slots at once in one line: above the total of 20", fifo.Peak)
 	}
 	if fifo.Jain >= fair.Jain {
 		t.Errorf("Jain's index with one line %.3f, not below the parent's %.3f: the measure sees no difference", fifo.Jain, fair.Jain)
-	}
-	b, _ := base.Row("light-a")
-	for _, name := range []string{"light-a", "light-b"} {
-		r, _ := fair.Row(name)
-		if r.P99 > b.P99+2*job {
-			t.Errorf("%s waits p99 %s with the flood, %s alone: more than a job (%s) longer", name, r.P99, b.P99, job)
-		}
 	}
 }
 
