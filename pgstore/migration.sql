@@ -403,31 +403,52 @@ $$;
 -- among the keys whose head ticket fits their own max, a key below its
 -- minimum first, then the key holding the fewest slots for its share (its
 -- minimum, below it), the oldest head on a tie. No row when none waits.
+-- The keys with tickets are walked one index probe each (a recursive skip
+-- over the line index), and each key's head is its oldest live ticket
+-- whose owner holds no lease: the cost follows the keys waiting, not the
+-- tickets. (PL/pgSQL, whose plans are kept per session: a SQL function's
+-- query would be planned again on every call.)
 CREATE OR REPLACE FUNCTION "public"."keycap_pbest"(par bytea, now_ timestamptz)
 RETURNS TABLE (pool bytea, owner bytea, weight integer, claim_ms bigint, held bigint, share_ integer, min_ integer, parent_max integer)
-LANGUAGE sql AS $$
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE kids(pool) AS (
+        (SELECT t.pool FROM "public"."keycap_ticket" t
+            WHERE t.pool BETWEEN par || '\x00000000000000000000000000000000'::bytea AND par || '\xffffffffffffffffffffffffffffffff'::bytea
+            ORDER BY t.pool LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.pool FROM "public"."keycap_ticket" t
+                WHERE t.pool > kids.pool AND t.pool <= par || '\xffffffffffffffffffffffffffffffff'::bytea
+                ORDER BY t.pool LIMIT 1)
+        FROM kids WHERE kids.pool IS NOT NULL
+    )
     SELECT h.pool, h.owner, h.weight, h.claim_ms, c.held, h.share_, h.min_, h.parent_max
-    FROM (
-        SELECT DISTINCT ON (t.pool) t.pool, t.owner, t.arrival, t.weight, t.claim_ms, t.max_, t.share_, t.min_, t.parent_max
+    FROM kids
+    CROSS JOIN LATERAL (
+        SELECT t.pool, t.owner, t.arrival, t.weight, t.claim_ms, t.max_, t.share_, t.min_, t.parent_max
         FROM "public"."keycap_ticket" t
-        WHERE t.pool BETWEEN par || '\x00000000000000000000000000000000'::bytea AND par || '\xffffffffffffffffffffffffffffffff'::bytea
-            AND t.expires_at > now_
+        WHERE t.pool = kids.pool AND t.expires_at > now_
             AND NOT EXISTS (SELECT 1 FROM "public"."keycap_lease" l WHERE l.pool = t.pool AND l.owner = t.owner)
-        ORDER BY t.pool, t.arrival
+        ORDER BY t.arrival LIMIT 1
     ) h
     CROSS JOIN LATERAL (SELECT coalesce(sum(l.weight), 0) AS held FROM "public"."keycap_lease" l WHERE l.pool = h.pool) c
-    WHERE c.held + h.weight <= h.max_
+    WHERE kids.pool IS NOT NULL AND c.held + h.weight <= h.max_
     ORDER BY c.held < h.min_ DESC,
         c.held::float8 / (CASE WHEN c.held < h.min_ THEN h.min_ ELSE h.share_ END),
         h.arrival
     LIMIT 1;
+END
 $$;
 
 -- pheld: the slots held by every key of parent par.
 CREATE OR REPLACE FUNCTION "public"."keycap_pheld"(par bytea) RETURNS bigint
-LANGUAGE sql AS $$
-    SELECT coalesce(sum(l.weight), 0) FROM "public"."keycap_lease" l
-    WHERE l.pool BETWEEN par || '\x00000000000000000000000000000000'::bytea AND par || '\xffffffffffffffffffffffffffffffff'::bytea;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(l.weight), 0) FROM "public"."keycap_lease" l
+        WHERE l.pool BETWEEN par || '\x00000000000000000000000000000000'::bytea AND par || '\xffffffffffffffffffffffffffffffff'::bytea);
+END
 $$;
 
 -- pfill: hand parent par's free slots to its waiting keys by the fair
