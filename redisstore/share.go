@@ -11,11 +11,11 @@ import (
 )
 
 // ShareKeys returns the Redis keys of parent's pools (keycap.Parent): the
-// leases of every key of the parent, the meta that counts them and keeps
-// the keys' lines' tickets, the set of keys that have a line, and the
-// prefix of each key's line (followed by the key's pool in hex). They all
-// share the parent's hash tag, so that one script decides for the parent
-// and its keys on one Redis Cluster slot.
+// leases of every key of the parent, the meta that counts them per key,
+// the set of keys that have a line, and the prefix of each key's line
+// (followed by the key's pool in hex; its tickets are that name with
+// ":t"). They all share the parent's hash tag, so that one script decides
+// for the parent and its keys on one Redis Cluster slot.
 func (s *Store) ShareKeys(parent keycap.PoolID) (leases, meta, waiting, lines string) {
 	keys, lines, _ := s.shareNames(parent)
 	return keys[0], keys[1], keys[2], lines
