@@ -75,9 +75,9 @@ end
 
 -- reconcile drops the counts of leases that Redis expired with their key
 -- (every lease lapsed): the meta, kept alive by tickets, would still count
--- them.
-local function reconcile()
-  if redis.call('EXISTS', leases) == 1 then
+-- them. total is the parent's ZCARD: only 0 can mean that.
+local function reconcile(total)
+  if total > 0 then
     return
   end
   for _, f in ipairs(redis.call('HKEYS', meta)) do
@@ -123,12 +123,13 @@ local function extend(c, o, exp)
   return n
 end
 
--- drop removes o's lease in key c, whatever its weight, and returns the
--- slots freed.
-local function drop(c, o)
+-- drop removes o's lease of weight n in key c and returns the slots freed.
+-- (A lease taken with more slots, under a weight changed since, keeps the
+-- others until they expire: a cap is never passed.)
+local function drop(c, o, n)
   local freed = 0
-  while redis.call('ZREM', leases, member(c, o, freed)) == 1 do
-    freed = freed + 1
+  for i = 0, n - 1 do
+    freed = freed + redis.call('ZREM', leases, member(c, o, i))
   end
   if freed > 0 then
     count(c, -freed)
@@ -253,6 +254,7 @@ local function fill(pmax, now)
     return
   end
   local total = redis.call('ZCARD', leases)
+  reconcile(total)
   local served = {}
   while true do
     local b = best(now)
@@ -274,8 +276,6 @@ local function fill(pmax, now)
   end
 end
 
-reconcile()
-
 if op == 'take' then
   local max, ttl, pmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
@@ -295,8 +295,10 @@ if op == 'take' then
     keepLeases(ttl)
     return {1, 0}
   end
+  local total = redis.call('ZCARD', leases)
+  reconcile(total)
   local h = held(kid)
-  if not lined and h + w <= max and redis.call('ZCARD', leases) + w <= pmax then
+  if not lined and h + w <= max and total + w <= pmax then
     local first = true
     if redis.call('EXISTS', waiting) == 1 then
       local b = best(now)
@@ -334,7 +336,7 @@ if op == 'give' then
     now = clock()
     expire(now) -- first: a lease that expired frees nothing to keep
   end
-  local freed = drop(kid, owner)
+  local freed = drop(kid, owner, w)
   if ARGV[7] == '1' then
     unline(kid, owner)
   end
@@ -366,7 +368,7 @@ if op == 'renew' then
     return 0
   end
   if tonumber(exp) <= now then
-    drop(kid, owner)
+    drop(kid, owner, w)
     return 0
   end
   extend(kid, owner, now + ttl)
