@@ -108,17 +108,12 @@ func fairAcrossProcesses(t testing.TB, mode string, tenants []fairtest.Tenant, p
 	return fairtest.Analyse(cfg, tenants, start, fairtest.Merge(parts...))
 }
 
-var (
-	fairTenants = []fairtest.Tenant{{Name: "flood", Callers: 100}, {Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
-	fairAlone   = []fairtest.Tenant{{Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
-)
-
 // TestFairnessAcrossProcesses: the workload over two processes on
 // one Redis: the parent's total holds, the shares are fair, and the light
 // tenants do not wait behind the flood (fairtest.Check).
 func TestFairnessAcrossProcesses(t *testing.T) {
 	const job = 50 * time.Millisecond
-	fair := fairAcrossProcesses(t, fairtest.Parents, fairTenants, 2, job, 3*time.Second)
+	fair := fairAcrossProcesses(t, fairtest.Parents, fairtest.Workload, 2, job, 3*time.Second)
 	t.Logf("\n%s", fair)
 	fairtest.Check(t, fair, 20, job, "flood", "light-a", "light-b")
 }
@@ -126,19 +121,7 @@ func TestFairnessAcrossProcesses(t *testing.T) {
 // BenchmarkFairnessAcrossProcesses: the workload over two
 // processes on one Redis, per mode.
 func BenchmarkFairnessAcrossProcesses(b *testing.B) {
-	const job, d = 50 * time.Millisecond, 5 * time.Second
-	for _, mode := range []string{fairtest.Parents, fairtest.OneLine, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
-		b.Run(mode, func(b *testing.B) {
-			var r fairtest.Report
-			for range b.N {
-				if mode == "alone" {
-					r = fairAcrossProcesses(b, fairtest.Parents, fairAlone, 2, job, d)
-				} else {
-					r = fairAcrossProcesses(b, mode, fairTenants, 2, job, d)
-				}
-			}
-			fairtest.ReportMetrics(b, r, job)
-			b.Logf("\n%s", r)
-		})
-	}
+	fairtest.Bench(b, func(b *testing.B, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
+		return fairAcrossProcesses(b, mode, ts, 2, job, d)
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/jobtest"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/internal/testkit"
@@ -110,14 +110,5 @@ func TestParentSharesRiverFairly(t *testing.T) {
 	line := finishTimes(t, func(int) joblimit.Rule {
 		return joblimit.MustRule("all", 4, joblimit.WithWaitInPlace(0))
 	})
-	lastLight := func(m map[int][]time.Duration) time.Duration { return slices.Max(m[1]) }
-	medianFlood := func(m map[int][]time.Duration) time.Duration {
-		s := slices.Sorted(slices.Values(m[0]))
-		return s[len(s)/2]
-	}
-	t.Logf("parent: the light customer's last job at %s, the flood's median at %s, its last at %s", lastLight(fair), medianFlood(fair), slices.Max(fair[0]))
-	t.Logf("one total: the light customer's last job at %s, the flood's median at %s, its last at %s", lastLight(line), medianFlood(line), slices.Max(line[0]))
-	if lastLight(fair) > medianFlood(fair) {
-		t.Errorf("with a parent, the light customer finished at %s, after half the flood (%s)", lastLight(fair), medianFlood(fair))
-	}
+	jobtest.CheckLightBeforeFlood(t, fair, line)
 }

@@ -323,3 +323,32 @@ func Check(t testing.TB, r Report, total int, job time.Duration, flood string, l
 		}
 	}
 }
+
+// The workload: a parent of 20 slots, one tenant flooding it with
+// 100 callers, two light tenants with 2 each; and the light tenants alone,
+// their baseline.
+var (
+	Workload = []Tenant{{Name: "flood", Callers: 100}, {Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
+	Alone    = []Tenant{{Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
+)
+
+// Bench runs the workload under every mode, and the light tenants alone
+// with parents, with run (one process, or several), for 5 s of 50 ms jobs
+// each, and reports each as metrics and a table.
+func Bench(b *testing.B, run func(b *testing.B, mode string, tenants []Tenant, job, d time.Duration) Report) {
+	const job, d = 50 * time.Millisecond, 5 * time.Second
+	for _, mode := range []string{Parents, OneLine, KeysOnly, Unlimited, "alone"} {
+		b.Run(mode, func(b *testing.B) {
+			var r Report
+			for range b.N {
+				if mode == "alone" {
+					r = run(b, Parents, Alone, job, d)
+				} else {
+					r = run(b, mode, Workload, job, d)
+				}
+			}
+			ReportMetrics(b, r, job)
+			b.Logf("\n%s", r)
+		})
+	}
+}

@@ -11,13 +11,6 @@ import (
 	"github.com/keycap/keycap/memstore"
 )
 
-// The workload: a parent of 20 slots, one tenant flooding it with
-// 100 callers, two light tenants with 2 each.
-var (
-	tenants = []fairtest.Tenant{{Name: "flood", Callers: 100}, {Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
-	alone   = []fairtest.Tenant{{Name: "light-a", Callers: 2}, {Name: "light-b", Callers: 2}}
-)
-
 func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
 	l, err := keycap.NewLimiter(memstore.New())
 	if err != nil {
@@ -41,8 +34,8 @@ func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) 
 // flood, which the same measures see.
 func TestParentsShareFairly(t *testing.T) {
 	const job = 50 * time.Millisecond
-	fair := run(t, fairtest.Parents, tenants, job, 2*time.Second)
-	fifo := run(t, fairtest.OneLine, tenants, job, 2*time.Second)
+	fair := run(t, fairtest.Parents, fairtest.Workload, job, 2*time.Second)
+	fifo := run(t, fairtest.OneLine, fairtest.Workload, job, 2*time.Second)
 	t.Logf("\n%s%s", fair, fifo)
 	fairtest.Check(t, fair, 20, job, "flood", "light-a", "light-b")
 	if fifo.Peak > 20 {
@@ -57,19 +50,7 @@ func TestParentsShareFairly(t *testing.T) {
 // tenants' p99 wait, on memstore (one process; redisstore's runs the same
 // over several processes).
 func BenchmarkFairness(b *testing.B) {
-	const job, d = 50 * time.Millisecond, 5 * time.Second
-	for _, mode := range []string{fairtest.Parents, fairtest.OneLine, fairtest.KeysOnly, fairtest.Unlimited, "alone"} {
-		b.Run(mode, func(b *testing.B) {
-			var r fairtest.Report
-			for range b.N {
-				if mode == "alone" {
-					r = run(b, fairtest.Parents, alone, job, d)
-				} else {
-					r = run(b, mode, tenants, job, d)
-				}
-			}
-			fairtest.ReportMetrics(b, r, job)
-			b.Logf("\n%s", r)
-		})
-	}
+	fairtest.Bench(b, func(b *testing.B, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
+		return run(b, mode, ts, job, d)
+	})
 }

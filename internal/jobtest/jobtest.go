@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,24 @@ func AwaitDone(t *testing.T, helpers []*testkit.Helper, n int, want string) {
 		if f[2] != want {
 			t.Errorf("job %s succeeded with %s attempts counted, want %s: the pause spent one", f[1], f[2], want)
 		}
+	}
+}
+
+// CheckLightBeforeFlood checks a run of a queue's fairness test: finish
+// times, per customer, of a flood (customer 0) queued before a light
+// customer (customer 1), with a parent (fair) and as one total (line).
+// With the parent, the light customer's last job ends before the flood's
+// median; the line's figures are logged beside, for comparison.
+func CheckLightBeforeFlood(t *testing.T, fair, line map[int][]time.Duration) {
+	t.Helper()
+	lastLight := func(m map[int][]time.Duration) time.Duration { return slices.Max(m[1]) }
+	medianFlood := func(m map[int][]time.Duration) time.Duration {
+		s := slices.Sorted(slices.Values(m[0]))
+		return s[len(s)/2]
+	}
+	t.Logf("parent: the light customer's last job at %s, the flood's median at %s, its last at %s", lastLight(fair), medianFlood(fair), slices.Max(fair[0]))
+	t.Logf("one total: the light customer's last job at %s, the flood's median at %s, its last at %s", lastLight(line), medianFlood(line), slices.Max(line[0]))
+	if lastLight(fair) > medianFlood(fair) {
+		t.Errorf("with a parent, the light customer finished at %s, after half the flood (%s)", lastLight(fair), medianFlood(fair))
 	}
 }
