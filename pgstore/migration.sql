@@ -183,39 +183,8 @@ $$;
 CREATE OR REPLACE FUNCTION "public"."keycap_queue"(p bytea, o bytea, m integer, ttl_ms bigint, tttl_ms bigint, claim bigint,
     OUT granted boolean, OUT ahead integer)
 LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    now_ timestamptz;
-    mine bigint;
 BEGIN
-    PERFORM "public"."keycap_lock"(p);
-    now_ := clock_timestamp();
-    DELETE FROM "public"."keycap_lease" WHERE pool = p AND expires_at <= now_;
-    PERFORM "public"."keycap_fill"(p, m, now_);
-    ahead := 0;
-    UPDATE "public"."keycap_lease" SET expires_at = now_ + ttl_ms * interval '1 millisecond'
-        WHERE pool = p AND owner = o;
-    IF FOUND THEN
-        DELETE FROM "public"."keycap_ticket" WHERE pool = p AND owner = o;
-        granted := true;
-        RETURN;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM "public"."keycap_ticket" WHERE pool = p)
-        AND (SELECT coalesce(sum(l.weight), 0) FROM "public"."keycap_lease" l WHERE l.pool = p) < m THEN
-        INSERT INTO "public"."keycap_lease" (pool, owner, expires_at) VALUES (p, o, now_ + ttl_ms * interval '1 millisecond');
-        granted := true;
-        RETURN;
-    END IF;
-    INSERT INTO "public"."keycap_ticket" (pool, owner, arrival, expires_at, claim_ms, max_)
-        VALUES (p, o, nextval('"public"."keycap_ticket_arrival"'), now_ + tttl_ms * interval '1 millisecond', claim, m)
-        ON CONFLICT ON CONSTRAINT "keycap_ticket_pkey" DO UPDATE
-        SET expires_at = excluded.expires_at, claim_ms = excluded.claim_ms, max_ = excluded.max_
-        RETURNING arrival INTO mine;
-    SELECT count(*) INTO ahead FROM "public"."keycap_ticket" WHERE pool = p AND arrival < mine;
-    granted := false;
-    IF random() < 0.01 THEN -- callers that wait sweep too: jobs may never acquire
-        PERFORM "public"."keycap_sweep"(now_);
-    END IF;
+    SELECT w.granted, w.ahead INTO granted, ahead FROM "public"."keycap_wtake"(p, o, m, ttl_ms, 1, tttl_ms, claim) w; -- weight 1
 END
 $$;
 
@@ -396,6 +365,9 @@ BEGIN
         SET expires_at = excluded.expires_at, claim_ms = excluded.claim_ms, max_ = excluded.max_, weight = excluded.weight
         RETURNING arrival INTO mine;
     SELECT count(*) INTO ahead FROM "public"."keycap_ticket" WHERE pool = p AND arrival < mine;
+    IF random() < 0.01 THEN -- callers that wait sweep too: jobs may never acquire
+        PERFORM "public"."keycap_sweep"(now_);
+    END IF;
 END
 $$;
 

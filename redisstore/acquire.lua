@@ -25,19 +25,6 @@ local held = redis.call('ZSCORE', slots, owner)
 if not held and (waiting or redis.call('ZCARD', slots) + w > max) then
   return 0
 end
-redis.call('ZADD', slots, now + ttl, owner)
-if held then
-  -- the lease's other members, whatever its weight (a weight that changed
-  -- since keeps the lease's)
-  local i = 1
-  while redis.call('ZSCORE', slots, owner .. '#' .. i) do
-    redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
-    i = i + 1
-  end
-else
-  for i = 1, w - 1 do
-    redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
-  end
-end
+lease(owner, w, now + ttl, held)
 keep(slots, ttl)
 return 1

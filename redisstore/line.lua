@@ -14,9 +14,24 @@ local function clock()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- A lease of weight w is its owner token and w-1 more members,
--- owner .. '#' .. i, all of one expiry, so that ZCARD counts slots. (Added
--- inline: a function defined here would be built on every call.)
+-- lease adds owner o's lease of weight w, expiring at exp: its owner token
+-- and w-1 more members, o .. '#' .. i, all of one expiry, so that ZCARD
+-- counts slots. With held, o holds a lease already: it is moved to exp,
+-- whatever its weight (a weight changed since keeps the lease's).
+local function lease(o, w, exp, held)
+  redis.call('ZADD', slots, exp, o)
+  if held then
+    local i = 1
+    while redis.call('ZSCORE', slots, o .. '#' .. i) do
+      redis.call('ZADD', slots, exp, o .. '#' .. i)
+      i = i + 1
+    end
+    return
+  end
+  for i = 1, w - 1 do
+    redis.call('ZADD', slots, exp, o .. '#' .. i)
+  end
+end
 
 -- keep makes key live at least ms from now.
 local function keep(key, ms)
@@ -52,10 +67,7 @@ local function fill(max, now, channel)
       if n + w > max then
         break -- the head waits for w free slots
       end
-      redis.call('ZADD', slots, now + claim, o)
-      for i = 1, w - 1 do
-        redis.call('ZADD', slots, now + claim, o .. '#' .. i)
-      end
+      lease(o, w, now + claim, false)
       keep(slots, claim)
       n = n + w
       served[#served + 1] = o

@@ -22,18 +22,7 @@ fill(max, now, ARGV[6])
 local waiting = redis.call('EXISTS', line) == 1
 local held = redis.call('ZSCORE', slots, owner)
 if held or (not waiting and redis.call('ZCARD', slots) + w <= max) then
-  redis.call('ZADD', slots, now + ttl, owner)
-  if held then
-    local i = 1 -- the lease's other members, whatever its weight
-    while redis.call('ZSCORE', slots, owner .. '#' .. i) do
-      redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
-      i = i + 1
-    end
-  else
-    for i = 1, w - 1 do
-      redis.call('ZADD', slots, now + ttl, owner .. '#' .. i)
-    end
-  end
+  lease(owner, w, now + ttl, held)
   keep(slots, ttl)
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)
