@@ -51,7 +51,7 @@ func fairWorker() {
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.For+2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), c.For+15*time.Second)
 	defer cancel()
 	tallies, err := fairtest.Run(ctx, l, c, tenants, time.Unix(0, ns))
 	if err != nil {
@@ -92,7 +92,7 @@ func fairAcrossProcesses(t testing.TB, mode string, tenants []fairtest.Tenant, p
 	}
 	var parts []map[string]*fairtest.Tally
 	for i, h := range helpers {
-		line, ok := h.WaitLine("result ", d+time.Minute)
+		line, ok := h.WaitLine("result ", d+20*time.Second)
 		if !ok {
 			t.Fatalf("process %d of the run gave no result", i)
 		}

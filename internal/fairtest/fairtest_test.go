@@ -18,7 +18,7 @@ func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) 
 	}
 	defer l.Close()
 	c := fairtest.Config{Mode: mode, Name: fmt.Sprintf("fair:%d", time.Now().UnixNano()), Total: 20, Job: job, For: d}
-	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), d+15*time.Second) // a run that stalls fails in seconds
 	defer cancel()
 	start := time.Now().Add(10 * time.Millisecond)
 	tallies, err := fairtest.Run(ctx, l, c, ts, start)

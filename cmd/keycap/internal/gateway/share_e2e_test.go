@@ -46,7 +46,7 @@ routes:
       - {max: 4, key: "header:X-Tenant", parent: all, wait: 10s, shares: {light: 2}}
 `, up.URL, testenv.RedisAddr(), prefix)
 	gws := []*gw{startGateway(t, config), startGateway(t, config)}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	call := func(g *gw, tenant string) (int, time.Duration) {
 		req, _ := http.NewRequest(http.MethodGet, g.proxy+"/x", nil)
 		req.Header.Set("X-Tenant", tenant)
@@ -65,6 +65,9 @@ routes:
 	var floodMu sync.Mutex
 	var floodTimes []time.Duration
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	end := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	defer end() // also when the test fails: the flood stops before the gateways do
 	for c := range 20 {
 		wg.Go(func() {
 			for {
@@ -92,8 +95,7 @@ routes:
 		}
 		waits = append(waits, d)
 	}
-	close(stop)
-	wg.Wait()
+	end()
 	slices.Sort(waits)
 	slices.Sort(floodTimes)
 	p50, worst := waits[len(waits)/2], waits[len(waits)-1]
