@@ -93,7 +93,7 @@ type partitionedStore struct {
 }
 
 func (p *partitionedStore) Partition(pool keycap.PoolID) string {
-	if pool[0]%2 == 0 {
+	if pool[15]%2 == 0 {
 		return "a"
 	}
 	return "b"

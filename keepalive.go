@@ -54,7 +54,7 @@ func (k *keeper) init(l *Limiter) {
 }
 
 func (k *keeper) shard(ls *Lease) *keeperShard {
-	return &k.shards[ls.owner[0]%keeperShards]
+	return &k.shards[ls.owner[15]%keeperShards]
 }
 
 // add starts renewing ls.

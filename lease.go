@@ -13,6 +13,8 @@ type Lease struct {
 	acquired time.Duration // on the Limiter's clock
 	slots    []slot
 	one      [1]slot // backing for the common single-limit lease
+	shadow   *Lease  // the slots of its shadow limits, released with it; nil: none
+	label    string  // the caller's label (WithLabel), kept when the Limiter inspects
 
 	mu     sync.Mutex // guards released, lost and each slot's renewal state
 	lostCh chan struct{}
@@ -36,7 +38,7 @@ type slot struct {
 }
 
 func newLease(l *Limiter, limits []Limit, now time.Duration) *Lease {
-	ls := &Lease{l: l, owner: NewOwner(), acquired: now}
+	ls := &Lease{l: l, owner: l.newOwner(now), acquired: now}
 	if len(limits) == 1 {
 		ls.slots = ls.one[:]
 	} else {
@@ -119,6 +121,9 @@ func (ls *Lease) release(reported int) {
 	}
 	ls.released = true
 	ls.mu.Unlock()
+	if ls.shadow != nil {
+		ls.shadow.release(-1)
+	}
 
 	l := ls.l
 	if ls.member {

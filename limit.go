@@ -60,6 +60,7 @@ type Limit struct {
 	ttlSet bool     // WithTTL given: AcquireAs keeps it
 	weight int      // slots a lease takes; 0: one (WithWeight not given)
 	share  *sharing // the parent, nil when none
+	shadow bool     // decides and reports, never refuses (WithShadow)
 }
 
 // A LimitOption sets an optional field of a Limit. (It is a value, not a
@@ -85,7 +86,20 @@ const (
 	fieldParent
 	fieldShare
 	fieldMin
+	fieldShadow
 )
+
+// WithShadow makes the limit a shadow limit: each Acquire decides for it
+// and reports the decision (SlotAcquired, LimitExceeded, metrics and logs
+// labelled shadow) but never refuses, never waits, and never fails on its
+// store, so that a new cap can be watched on real traffic before it is
+// enforced. A shadow limit counts in pools of its own, apart from the
+// enforced limit of the same name and key: a candidate cap beside the
+// current one on the same requests works. Its slot is decided before the
+// enforced limits' and given back at once when they refuse, so it sees
+// every request the enforced limits see, and holds a slot only for those
+// that run (and that it would have admitted).
+func WithShadow() LimitOption { return LimitOption{field: fieldShadow} }
 
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
 // crashed process, a lost network). Holders renew at about a third of it, so a
@@ -150,6 +164,8 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 			share, shareSet = o.n, true
 		case fieldMin:
 			min, minSet = o.n, true
+		case fieldShadow:
+			l.shadow = true
 		}
 	}
 	if err := l.validate(); err != nil {
@@ -158,9 +174,28 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 	if err := l.checkSharing(share, min, shareSet, minSet); err != nil {
 		return Limit{}, err
 	}
-	l.pool = PoolIDOf(l.family, name, key)
+	l.pool = PoolIDOf(l.poolFamily(), name, key)
 	return l, nil
 }
+
+// shadowFamily marks the family byte of a shadow limit's pools, so that
+// they are never an enforced limit's.
+const shadowFamily Family = 0x80
+
+// poolFamily is the family the limit's pools are hashed in: its own, or
+// its shadow.
+func (l *Limit) poolFamily() Family {
+	if l.shadow {
+		return l.family | shadowFamily
+	}
+	return l.family
+}
+
+// Shadow reports whether the limit is a shadow limit (WithShadow).
+func (l Limit) Shadow() bool { return l.shadow }
+
+// Tag returns the tag of the limit's pools: what an Inspector finds them by.
+func (l Limit) Tag() Tag { return l.pool.Tag() }
 
 // MustLimit is like NewLimit but panics on an invalid limit. It suits limits
 // built from constants.
@@ -221,6 +256,11 @@ func (l Limit) Pool() PoolID { return l.pool }
 
 // String describes the limit without its key, which may be long or private.
 func (l Limit) String() string {
+	if l.shadow {
+		c := l
+		c.shadow = false
+		return c.String() + " (shadow)"
+	}
 	if l.share != nil {
 		return fmt.Sprintf("%s (max %d, parent %s max %d)", l.name, l.max, l.share.parent.name, l.share.parent.max)
 	}

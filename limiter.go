@@ -53,6 +53,13 @@ type Limiter struct {
 	notifier Notifier // nil: waiters in a line poll
 	lines    lines
 	parked   parked
+
+	shadowAll bool      // WithShadowMode
+	inspect   *ledger   // WithInspection; nil: none
+	ov        *override // WithOverrides; nil: none
+	nodeTag   Tag       // stamped in the owners of the Limiter's leases
+	wallBase  int64     // base in Unix milliseconds, for owner stamps
+	ownerSeq  atomic.Uint64
 }
 
 // An Option configures a Limiter.
@@ -113,6 +120,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	if err := l.nodes.init(l); err != nil {
 		return nil, err
 	}
+	l.initOwners()
 	l.keeper.init(l)
 	l.releaser.init(l)
 	l.waiters.init()
@@ -123,6 +131,11 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	}
 	l.lines.init(l)
 	l.parked.init(l)
+	if l.ov != nil {
+		if err := l.ov.init(l); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
 }
 
@@ -140,6 +153,9 @@ func (l *Limiter) Close() error {
 		l.releaser.close()
 		l.parked.close()
 		l.lines.close()
+		if l.ov != nil {
+			l.ov.close()
+		}
 	}
 	return nil
 }
@@ -190,6 +206,12 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 	if err != nil {
 		return nil, err
 	}
+	if l.ov != nil {
+		limits = l.ov.apply(limits, l.now())
+	}
+	if l.hasShadow(limits) {
+		return l.acquireShadowed(ctx, member, park, limits)
+	}
 	if err := l.checkShared(limits, member != nil); err != nil {
 		return nil, err
 	}
@@ -200,7 +222,7 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 	}
 	for _, lim := range limits {
 		if lim.max == 0 {
-			l.emit(Event{Kind: LimitExceeded, Limit: lim})
+			l.refused(ctx, lim, 0)
 			return nil, &LimitError{Limit: lim}
 		}
 	}
@@ -210,6 +232,9 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 
 	start := l.now()
 	ls := newLease(l, limits, start)
+	if l.inspect != nil {
+		ls.label, _ = ctx.Value(labelKey{}).(string)
+	}
 	switch {
 	case member != nil:
 		return l.acquireMember(ctx, ls, *member, wait, start)
@@ -252,10 +277,10 @@ func (l *Limiter) acquireLease(ctx context.Context, ls *Lease, wait, start time.
 		return nil, err
 	}
 	if refused != nil {
-		l.emit(Event{Kind: LimitExceeded, Limit: *refused})
+		l.refused(ctx, *refused, 0)
 		return nil, &LimitError{Limit: *refused}
 	}
-	l.admit(ls, 0)
+	l.admit(ctx, ls, 0)
 	return ls, nil
 }
 
@@ -279,12 +304,12 @@ func (l *Limiter) waitFor(ctx context.Context, ls *Lease, wait, start time.Durat
 			return nil, err
 		}
 		if refused == nil {
-			l.admit(ls, now-start)
+			l.admit(ctx, ls, now-start)
 			return ls, nil
 		}
 		waited := l.now() - start
 		if waited >= wait {
-			l.emit(Event{Kind: LimitExceeded, Limit: *refused, Waited: waited})
+			l.refused(ctx, *refused, waited)
 			return nil, &LimitError{Limit: *refused, Waited: waited}
 		}
 		d := min(l.poll(), wait-waited)
@@ -443,7 +468,7 @@ func (l *Limiter) failModeOf(lim Limit) FailMode {
 // reports SlotAcquired for each slot. If an observer panics, every slot is
 // released, SlotReleased is reported for each SlotAcquired already reported,
 // and the panic goes on.
-func (l *Limiter) admit(ls *Lease, waited time.Duration) {
+func (l *Limiter) admit(ctx context.Context, ls *Lease, waited time.Duration) {
 	ls.admitted = true
 	if !ls.member {
 		l.keeper.add(ls) // member leases are kept by the node's heartbeat
@@ -464,8 +489,19 @@ func (l *Limiter) admit(ls *Lease, waited time.Duration) {
 			// event (and Observers delivers it to every observer first), so
 			// it receives the SlotReleased that balances it.
 			reported++
-			l.observer.Observe(Event{Kind: SlotAcquired, Family: s.limit.family, Limit: s.limit, Waited: waited})
+			observe(ctx, l.observer, Event{Kind: SlotAcquired, Family: s.limit.family, Limit: s.limit, Waited: waited})
 		}
+	}
+}
+
+// refused reports a refusal of lim after waited, to the observer and to the
+// inspection's recent refusals.
+func (l *Limiter) refused(ctx context.Context, lim Limit, waited time.Duration) {
+	if l.inspect != nil {
+		l.inspect.refused(lim, waited)
+	}
+	if l.observer != nil {
+		observe(ctx, l.observer, Event{Kind: LimitExceeded, Family: lim.family, Limit: lim, Waited: waited})
 	}
 }
 

@@ -524,7 +524,9 @@ func TestPoolIDLongAndShortPathsAgree(t *testing.T) {
 		h.Write([]byte{byte(keycap.FamilyApp), byte(len("name"))})
 		h.Write([]byte("name" + key))
 		var want keycap.PoolID
-		copy(want[:], h.Sum(nil))
+		tag := keycap.TagOf(keycap.FamilyApp, "name")
+		copy(want[:4], tag[:])
+		copy(want[4:], h.Sum(nil))
 		if got := keycap.NewPoolID("name", key); got != want {
 			t.Fatalf("key of %d bytes: %s, want %s", n, got, want)
 		}

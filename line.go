@@ -74,7 +74,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			return nil, err
 		}
 		if refused < 0 {
-			l.admit(ls, now-start)
+			l.admit(ctx, ls, now-start)
 			return ls, nil
 		}
 		if subscribe {
@@ -94,13 +94,13 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 				continue // handed a slot meanwhile: claim it
 			}
 			lim := ls.slots[refused].limit
-			l.emit(Event{Kind: LimitExceeded, Limit: lim, Waited: waited})
+			l.refused(ctx, lim, waited)
 			return nil, &LimitError{Limit: lim, Waited: waited, Parked: parked}
 		}
 		if waited >= wait {
 			l.leaveLine(ls, refused)
 			lim := ls.slots[refused].limit
-			l.emit(Event{Kind: LimitExceeded, Limit: lim, Waited: waited})
+			l.refused(ctx, lim, waited)
 			return nil, &LimitError{Limit: lim, Waited: waited}
 		}
 		d := LinePoll

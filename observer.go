@@ -102,6 +102,17 @@ type Observer interface {
 	Observe(Event)
 }
 
+// ContextObserver is an Observer that also wants the context of the call
+// that caused an event, where there is one: an Acquire's, for its
+// SlotAcquired and LimitExceeded events, so that a tracing observer adds
+// them to the caller's span. The Limiter calls ObserveContext instead of
+// Observe for those events, and Observe for the others (a release, a
+// renewal, a store's recovery have no caller's context).
+type ContextObserver interface {
+	Observer
+	ObserveContext(ctx context.Context, e Event)
+}
+
 // ObserverFunc adapts a function to an Observer.
 type ObserverFunc func(Event)
 
@@ -131,7 +142,16 @@ func Observers(obs ...Observer) Observer {
 
 type multiObserver []Observer
 
-func (m multiObserver) Observe(e Event) {
+func (m multiObserver) Observe(e Event) { m.each(func(o Observer) { o.Observe(e) }) }
+
+// ObserveContext passes ctx on to the observers that take one.
+func (m multiObserver) ObserveContext(ctx context.Context, e Event) {
+	m.each(func(o Observer) { observe(ctx, o, e) })
+}
+
+// each calls fn with every observer, even when one panics: the first panic
+// goes on once all had their call.
+func (m multiObserver) each(fn func(Observer)) {
 	var first any
 	for _, o := range m {
 		func() {
@@ -140,12 +160,21 @@ func (m multiObserver) Observe(e Event) {
 					first = r
 				}
 			}()
-			o.Observe(e)
+			fn(o)
 		}()
 	}
 	if first != nil {
 		panic(first)
 	}
+}
+
+// observe gives e to o, with ctx when o takes one.
+func observe(ctx context.Context, o Observer, e Event) {
+	if co, ok := o.(ContextObserver); ok {
+		co.ObserveContext(ctx, e)
+		return
+	}
+	o.Observe(e)
 }
 
 // NewSlogObserver returns an Observer that logs events to logger: store
@@ -168,6 +197,9 @@ func (s slogObserver) Observe(e Event) {
 	attrs := []slog.Attr{slog.String("family", e.Family.String())}
 	if e.Limit.valid() {
 		attrs = append(attrs, slog.String("limit", e.Limit.Name()), slog.Int("max", e.Limit.Max()))
+		if e.Limit.shadow {
+			attrs = append(attrs, slog.Bool("shadow", true))
+		}
 	}
 	if e.API != "" {
 		attrs = append(attrs, slog.String("api", e.API))

@@ -7,11 +7,36 @@ import (
 	"math/rand/v2"
 )
 
-// PoolID identifies a pool (a family, a limit name and a key) to a store:
-// 128 bits of SHA-256 over the three, byte for byte. Stores never see the key
-// in clear, any key fits any store's key limits, and, the hash being
-// cryptographic, nobody can craft a key that shares another key's pool.
+// PoolID identifies a pool (a family, a limit name and a key) to a store.
+// Its first four bytes are the name's Tag, shared by every pool of the name
+// (so that an Inspector finds a limit's pools without reading anyone
+// else's), and its other twelve are 96 bits of SHA-256 over the three, byte
+// for byte. Stores never see the key in clear, any key fits any store's key
+// limits, and, the hash being cryptographic, nobody can craft a key that
+// shares another key's pool.
 type PoolID [16]byte
+
+// Tag is the first four bytes of the pools of one limit name (a family and a
+// name): an FNV-1a hash of the two. Tags of different names may collide; an
+// Inspector may then show another name's pools beside the asked one's, and
+// the caller checks (Limiter.Inspect does).
+type Tag [4]byte
+
+// TagOf returns the tag of the pools of name in family f.
+func TagOf(f Family, name string) Tag {
+	h := uint32(2166136261)
+	h = (h ^ uint32(f)) * 16777619
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return Tag{byte(h >> 24), byte(h >> 16), byte(h >> 8), byte(h)}
+}
+
+// Tag returns the pool's tag: the tag of its family and name.
+func (p PoolID) Tag() Tag { return Tag(p[:4]) }
+
+// String returns the tag in lower-case hex.
+func (t Tag) String() string { return hex.EncodeToString(t[:]) }
 
 // NewPoolID returns the identity of the pool (name, key) of FamilyApp: the
 // pool of NewLimit(name, key, ...).
@@ -39,7 +64,9 @@ func PoolIDOf(f Family, name, key string) PoolID {
 		h.Sum(sum[:0])
 	}
 	var id PoolID
-	copy(id[:], sum[:])
+	t := TagOf(f, name)
+	copy(id[:4], t[:])
+	copy(id[4:], sum[:12])
 	return id
 }
 

@@ -31,7 +31,7 @@ func (w *waiters) init() {
 	}
 }
 
-func (w *waiters) shard(p PoolID) *waiterShard { return &w.shards[p[0]%waiterShards] }
+func (w *waiters) shard(p PoolID) *waiterShard { return &w.shards[p[15]%waiterShards] }
 
 // add registers a waiter on the pools of ls's slots.
 func (w *waiters) add(ls *Lease) *waiter {

@@ -31,6 +31,7 @@ type Store struct {
 	clock  func() time.Duration
 	shards [shards]shard
 	hub    hub
+	ov     overrides
 }
 
 type shard struct {
@@ -116,7 +117,7 @@ var (
 // a shard's lock, so a Limiter gives them no deadline.
 func (s *Store) NonBlocking() {}
 
-func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[0]] }
+func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[15]] }
 
 // Acquire implements keycap.Store. It never blocks and ignores ctx.
 func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {

@@ -108,6 +108,8 @@ func Run(t *testing.T, ns Namespace, opts ...Option) {
 		t.Run("ConnCaps", func(t *testing.T) { testConnCaps(t, ns) })
 		t.Run("Lines", func(t *testing.T) { testLines(t, ns) })
 		t.Run("Shares", func(t *testing.T) { testShares(t, ns) })
+		t.Run("Inspect", func(t *testing.T) { testInspect(t, ns) })
+		t.Run("Overrides", func(t *testing.T) { testOverrides(t, ns) })
 	}
 }
 

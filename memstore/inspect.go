@@ -1,0 +1,196 @@
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+var (
+	_ keycap.Inspector = (*Store)(nil)
+	_ keycap.Overrider = (*Store)(nil)
+)
+
+// InspectPools implements keycap.Inspector. Its cursor is the last pool's
+// ID: a page costs a pass over every shard's pools (the store's pools are
+// in this process's memory), never a copy of them.
+func (s *Store) InspectPools(_ context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
+	after, err := cursor(q.Cursor)
+	if err != nil {
+		return keycap.PoolPage{}, err
+	}
+	now := s.clock()
+	var out []keycap.PoolState
+	add := func(id keycap.PoolID, pls ...*pool) {
+		if id.Tag() != q.Tag || (after != nil && bytes.Compare(id[:], after) <= 0) {
+			return
+		}
+		st := keycap.PoolState{Pool: id}
+		for _, pl := range pls {
+			st.Holders, st.Waiting = pl.state(now, st.Holders, st.Waiting)
+		}
+		if len(st.Holders) > 0 || len(st.Waiting) > 0 {
+			out = append(out, st)
+		}
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for id, pl := range sh.pools {
+			add(id, pl)
+		}
+		for id, pa := range sh.parents {
+			kids := make([]*pool, 0, len(pa.kids))
+			for kid, k := range pa.kids {
+				add(kid, &k.pool)
+				kids = append(kids, &k.pool)
+			}
+			add(id, kids...) // the parent: every kid's leases and tickets
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b keycap.PoolState) int { return bytes.Compare(a.Pool[:], b.Pool[:]) })
+	page := keycap.PoolPage{Pools: out}
+	if n := q.PageSize(); len(out) > n {
+		page.Pools = out[:n]
+		page.Next = out[n-1].Pool.String()
+	}
+	return page, nil
+}
+
+// state appends the pool's live leases and tickets.
+func (pl *pool) state(now time.Duration, hs []keycap.Holder, ws []keycap.Waiter) ([]keycap.Holder, []keycap.Waiter) {
+	for _, l := range pl.leases {
+		if l.expires > now {
+			hs = append(hs, keycap.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - now})
+		}
+	}
+	for _, t := range pl.line {
+		if t.expires > now {
+			ws = append(ws, keycap.Waiter{Owner: t.owner, Expires: t.expires - now})
+		}
+	}
+	return hs, ws
+}
+
+// InspectPauses implements keycap.Inspector.
+func (s *Store) InspectPauses(_ context.Context, q keycap.PageQuery) (keycap.PausePage, error) {
+	after, err := cursor(q.Cursor)
+	if err != nil {
+		return keycap.PausePage{}, err
+	}
+	now := s.clock()
+	var out []keycap.PauseState
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for id, end := range sh.pauses {
+			if id.Tag() == q.Tag && end > now {
+				out = append(out, keycap.PauseState{ID: id, Left: end - now})
+			}
+		}
+		for id, tat := range sh.rates {
+			if id.Tag() == q.Tag && tat > now {
+				out = append(out, keycap.PauseState{ID: id, Pace: true, Left: tat - now})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b keycap.PauseState) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	if after != nil {
+		i, _ := slices.BinarySearchFunc(out, after, func(p keycap.PauseState, t []byte) int {
+			if c := bytes.Compare(p.ID[:], t); c != 0 {
+				return c
+			}
+			return -1 // the cursor's own entry is behind
+		})
+		out = out[i:]
+	}
+	page := keycap.PausePage{Pauses: out}
+	if n := q.PageSize(); len(out) > n {
+		page.Pauses = out[:n]
+		page.Next = out[n-1].ID.String()
+	}
+	return page, nil
+}
+
+// cursor decodes a page cursor: the hex ID of the last entry shown.
+func cursor(c string) ([]byte, error) {
+	if c == "" {
+		return nil, nil
+	}
+	b, err := hex.DecodeString(c)
+	if err != nil || len(b) != len(keycap.PoolID{}) {
+		return nil, fmt.Errorf("memstore: bad page cursor %q", c)
+	}
+	return b, nil
+}
+
+// overrides is the store's set of keycap.Override.
+type overrides struct {
+	mu      sync.Mutex
+	version uint64
+	m       map[keycap.PoolID]overrideEntry
+}
+
+type overrideEntry struct {
+	o       keycap.Override
+	expires time.Duration // 0: none
+}
+
+// SetOverride implements keycap.Overrider. It never blocks.
+func (s *Store) SetOverride(_ context.Context, o keycap.Override) error {
+	now := s.clock()
+	e := overrideEntry{o: o}
+	if o.TTL > 0 {
+		e.expires = now + o.TTL
+	}
+	s.ov.mu.Lock()
+	defer s.ov.mu.Unlock()
+	if s.ov.m == nil {
+		s.ov.m = map[keycap.PoolID]overrideEntry{}
+	}
+	s.ov.m[o.Pool] = e
+	s.ov.version++
+	return nil
+}
+
+// DeleteOverride implements keycap.Overrider.
+func (s *Store) DeleteOverride(_ context.Context, pool keycap.PoolID) error {
+	s.ov.mu.Lock()
+	defer s.ov.mu.Unlock()
+	if _, ok := s.ov.m[pool]; ok {
+		delete(s.ov.m, pool)
+		s.ov.version++
+	}
+	return nil
+}
+
+// Overrides implements keycap.Overrider.
+func (s *Store) Overrides(_ context.Context, since uint64) (uint64, []keycap.Override, error) {
+	now := s.clock()
+	s.ov.mu.Lock()
+	defer s.ov.mu.Unlock()
+	if s.ov.version == since {
+		return since, nil, nil
+	}
+	var list []keycap.Override
+	for id, e := range s.ov.m {
+		if e.expires != 0 && e.expires <= now {
+			delete(s.ov.m, id) // expired: gone without a new version
+			continue
+		}
+		o := e.o
+		if e.expires != 0 {
+			o.TTL = e.expires - now
+		}
+		list = append(list, o)
+	}
+	return s.ov.version, list, nil
+}

@@ -1,0 +1,291 @@
+package keycap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Override changes one key's limit at run time, on every server that shares
+// the store, without a deploy: its max, its share of a parent, or both.
+// Removing it (Limiter.ResetOverride) restores the value in the code or the
+// configuration.
+type Override struct {
+	Family Family
+	Name   string // the limit's name
+	Key    string // the key, as given to NewLimit
+	// Max replaces the limit's max; KeepMax (-1) keeps it. 0 refuses the
+	// key. A limit with a parent is never given more than the parent's max.
+	Max int
+	// Share replaces the key's share of its parent (WithShare); 0 keeps it.
+	// Ignored for a limit without a parent.
+	Share int
+	// TTL ends the override by itself after this long; 0 keeps it until it
+	// is reset. Read back, it is the time left.
+	TTL time.Duration
+
+	// Pool is the pool of (Family, Name, Key), set by the Limiter.
+	Pool PoolID
+}
+
+// KeepMax is the Max of an Override that changes only the share.
+const KeepMax = -1
+
+// Overrider is a Store that keeps overrides (Override) for every client of
+// the store. Implemented by memstore, pgstore and redisstore; storetest
+// checks it.
+type Overrider interface {
+	// SetOverride stores o (replacing the override of o.Pool), expiring
+	// after o.TTL when it is positive. One round trip.
+	SetOverride(ctx context.Context, o Override) error
+	// DeleteOverride removes the override of pool, if there is one.
+	DeleteOverride(ctx context.Context, pool PoolID) error
+	// Overrides returns the overrides in force, with their time left, and
+	// the version of the set: a number that changes with every
+	// SetOverride and DeleteOverride. When the version is still since, it
+	// returns it with no list, reading only the version: one cheap round
+	// trip. An expired override is left out (and does not change the
+	// version: clients expire it by its TTL).
+	Overrides(ctx context.Context, since uint64) (version uint64, list []Override, err error)
+}
+
+// ErrNoOverrider is returned by the Limiter's override methods on a store
+// that keeps no overrides.
+var ErrNoOverrider = errors.New("keycap: the store keeps no overrides (keycap.Overrider)")
+
+// DefaultOverrideRefresh is how often a Limiter built WithOverrides reads
+// the store's overrides, unless told otherwise.
+const DefaultOverrideRefresh = time.Second
+
+// WithOverrides makes the Limiter apply the store's overrides (Override) to
+// every limit it is given, on every front door: httplimit rules, joblimit
+// jobs, connection caps. It reads them in the background every refresh (0:
+// DefaultOverrideRefresh), so the hot path pays no round trip, only a map
+// lookup while any override is set; an override set on any server takes
+// effect here within refresh plus the decision budget (and at once when set
+// through this Limiter). The store must be an Overrider.
+func WithOverrides(refresh time.Duration) Option {
+	return Option{func(l *Limiter) {
+		if refresh == 0 {
+			refresh = DefaultOverrideRefresh
+		}
+		l.ov = &override{refresh: refresh}
+	}}
+}
+
+// override is a Limiter's copy of the store's overrides.
+type override struct {
+	l       *Limiter
+	store   Overrider
+	refresh time.Duration
+	set     atomic.Pointer[overrideSet] // nil or empty: no override
+
+	mu      sync.Mutex // serialises loads
+	version uint64
+	loaded  bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type overrideSet struct {
+	m map[PoolID]overrideEntry
+}
+
+type overrideEntry struct {
+	o     Override
+	until time.Duration // on the Limiter's clock; 0: none
+}
+
+func (v *override) init(l *Limiter) error {
+	if v.refresh < time.Millisecond {
+		return &InvalidLimitError{Field: "override refresh", Value: v.refresh.String(), Reason: "must be at least 1ms"}
+	}
+	st, ok := l.store.(Overrider)
+	if !ok {
+		return fmt.Errorf("keycap: WithOverrides: %w; %T does not", ErrNoOverrider, l.store)
+	}
+	v.l, v.store = l, st
+	v.stop, v.done = make(chan struct{}), make(chan struct{})
+	go v.loop()
+	return nil
+}
+
+// loop reloads the overrides every refresh until the Limiter closes. A
+// store failure keeps the last set (and is reported as the Limiter's
+// other calls are).
+func (v *override) loop() {
+	defer close(v.done)
+	t := time.NewTicker(v.refresh)
+	defer t.Stop()
+	for {
+		_ = v.load(context.Background())
+		select {
+		case <-v.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (v *override) close() {
+	close(v.stop)
+	<-v.done
+}
+
+// overridesLimit names the overrides' record to the Limiter's outage
+// accounting.
+var overridesLimit = Limit{name: "overrides", max: 1, ttl: DefaultTTL, family: familyInternal, pool: PoolIDOf(familyInternal, "overrides", "")}
+
+// load reads the store's overrides if they changed since the last load.
+func (v *override) load(ctx context.Context) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var version uint64
+	var list []Override
+	err := v.l.Call(ctx, overridesLimit, func(ctx context.Context) error {
+		var err error
+		version, list, err = v.store.Overrides(ctx, v.version)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if v.loaded && version == v.version {
+		return nil
+	}
+	now := v.l.now()
+	set := &overrideSet{m: make(map[PoolID]overrideEntry, len(list))}
+	for _, o := range list {
+		e := overrideEntry{o: o}
+		if o.TTL > 0 {
+			e.until = now + o.TTL
+		}
+		set.m[o.Pool] = e
+	}
+	v.version, v.loaded = version, true
+	v.set.Store(set)
+	return nil
+}
+
+// apply returns limits with the overrides in force applied: limits itself
+// when none applies, else a copy.
+func (v *override) apply(limits []Limit, now time.Duration) []Limit {
+	set := v.set.Load()
+	if set == nil || len(set.m) == 0 {
+		return limits
+	}
+	copied := false
+	for i := range limits {
+		e, ok := set.m[limits[i].pool]
+		if !ok || (e.until != 0 && now >= e.until) {
+			continue
+		}
+		if !copied {
+			limits, copied = append([]Limit(nil), limits...), true
+		}
+		limits[i] = e.o.applyTo(limits[i])
+	}
+	return limits
+}
+
+// applyTo returns lim changed by o.
+func (o Override) applyTo(lim Limit) Limit {
+	if o.Max >= 0 {
+		lim.max = o.Max
+		if lim.share != nil {
+			lim.max = min(lim.max, lim.share.parent.max)
+		}
+	}
+	if o.Share > 0 && lim.share != nil {
+		s := *lim.share
+		s.share = o.Share
+		lim.share = &s
+	}
+	return lim
+}
+
+// Overridden returns the limit as the Limiter applies it now: lim with the
+// override of its pool, if one is in force here. It makes no store call.
+func (l *Limiter) Overridden(lim Limit) Limit {
+	if l.ov == nil {
+		return lim
+	}
+	return l.ov.apply([]Limit{lim}, l.now())[0]
+}
+
+// check validates an override for the store.
+func (o *Override) check() error {
+	switch {
+	case o.Name == "":
+		return &InvalidLimitError{Field: "name", Value: `""`, Reason: "must not be empty"}
+	case !o.Family.valid():
+		return &InvalidLimitError{Field: "family", Value: o.Family.String(), Reason: "must be FamilyApp, FamilyJob, FamilyConn or FamilyPause"}
+	case o.Max < KeepMax:
+		return &InvalidLimitError{Field: "max", Value: fmt.Sprint(o.Max), Reason: "must be at least 0, or KeepMax"}
+	case o.Share < 0:
+		return &InvalidLimitError{Field: "share", Value: fmt.Sprint(o.Share), Reason: "must be at least 1, or 0 to keep it"}
+	case o.Max == KeepMax && o.Share == 0:
+		return &InvalidLimitError{Field: "max", Value: "KeepMax", Reason: "an override must change the max or the share"}
+	case o.TTL < 0:
+		return &InvalidLimitError{Field: "ttl", Value: o.TTL.String(), Reason: "must be at least 0"}
+	}
+	o.Pool = PoolIDOf(o.Family, o.Name, o.Key)
+	return nil
+}
+
+// SetOverride stores o in the store, for every Limiter of the store built
+// WithOverrides, and applies it here at once when this one is. The store
+// must be an Overrider.
+func (l *Limiter) SetOverride(ctx context.Context, o Override) error {
+	st, ok := l.store.(Overrider)
+	if !ok {
+		return ErrNoOverrider
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	if err := l.Call(ctx, overridesLimit, func(ctx context.Context) error { return st.SetOverride(ctx, o) }); err != nil {
+		return err
+	}
+	return l.reloadOverrides(ctx)
+}
+
+// ResetOverride removes the override of (f, name, key): the limit's own
+// values apply again, here at once, elsewhere within the refresh.
+func (l *Limiter) ResetOverride(ctx context.Context, f Family, name, key string) error {
+	st, ok := l.store.(Overrider)
+	if !ok {
+		return ErrNoOverrider
+	}
+	pool := PoolIDOf(f, name, key)
+	if err := l.Call(ctx, overridesLimit, func(ctx context.Context) error { return st.DeleteOverride(ctx, pool) }); err != nil {
+		return err
+	}
+	return l.reloadOverrides(ctx)
+}
+
+// Overrides returns the overrides in force in the store, with their time
+// left.
+func (l *Limiter) Overrides(ctx context.Context) ([]Override, error) {
+	st, ok := l.store.(Overrider)
+	if !ok {
+		return nil, ErrNoOverrider
+	}
+	var list []Override
+	err := l.Call(ctx, overridesLimit, func(ctx context.Context) error {
+		var err error
+		_, list, err = st.Overrides(ctx, 0)
+		return err
+	})
+	return list, err
+}
+
+func (l *Limiter) reloadOverrides(ctx context.Context) error {
+	if l.ov == nil {
+		return nil
+	}
+	return l.ov.load(ctx)
+}

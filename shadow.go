@@ -1,0 +1,93 @@
+package keycap
+
+import "context"
+
+// WithShadowMode makes every limit the Limiter is given a shadow limit
+// (WithShadow): the Limiter decides and reports but never refuses, so that a
+// whole set of caps can be watched on real traffic before it is enforced.
+func WithShadowMode() Option { return Option{func(l *Limiter) { l.shadowAll = true }} }
+
+// hasShadow reports whether any of limits is a shadow limit, or the Limiter
+// makes them all shadows.
+func (l *Limiter) hasShadow(limits []Limit) bool {
+	if l.shadowAll {
+		return len(limits) > 0
+	}
+	for i := range limits {
+		if limits[i].shadow {
+			return true
+		}
+	}
+	return false
+}
+
+// acquireShadowed is acquire for a set of limits with shadows among them:
+// the shadows are decided first, on every call, then the enforced limits
+// are acquired as usual; the shadow slots are given back at once when the
+// enforced limits refuse, and released with the lease otherwise.
+func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Parking, limits []Limit) (*Lease, error) {
+	var enforced, shadows []Limit
+	for _, lim := range limits {
+		if l.shadowAll && !lim.shadow {
+			lim.shadow = true
+			lim.pool = PoolIDOf(lim.poolFamily(), lim.name, lim.key)
+		}
+		if lim.shadow {
+			lim.wait = 0
+			shadows = append(shadows, lim)
+		} else {
+			enforced = append(enforced, lim)
+		}
+	}
+	if err := l.checkShared(shadows, member != nil); err != nil {
+		return nil, err
+	}
+	sh := l.acquireShadows(ctx, shadows)
+	ls, err := l.acquire(ctx, member, park, enforced)
+	if err != nil {
+		if sh != nil {
+			sh.Release()
+		}
+		return nil, err
+	}
+	ls.shadow = sh
+	return ls, nil
+}
+
+// acquireShadows decides each shadow limit once: a slot where it would be
+// granted, a LimitExceeded where it would be refused, a StoreFailed (and
+// no slot) where the store fails. It returns the lease of the slots taken,
+// admitted, or nil when none was.
+func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
+	now := l.now()
+	ls := newLease(l, limits, now)
+	any := false
+	for i := range ls.slots {
+		s := &ls.slots[i]
+		if s.limit.max == 0 {
+			l.refused(ctx, s.limit, 0)
+			continue
+		}
+		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
+		ok, err := l.acquireIn(bctx, &s.limit, ls.owner)
+		cancel()
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				l.storeFailed(s.limit, err)
+			}
+			l.releaseLater(s.limit, ls.owner) // the store may have granted it
+		case !ok:
+			l.storeAnswered(s.limit.home())
+			l.refused(ctx, s.limit, 0)
+		default:
+			l.storeAnswered(s.limit.home())
+			s.held, any = true, true
+		}
+	}
+	if !any {
+		return nil
+	}
+	l.admit(ctx, ls, 0)
+	return ls
+}
