@@ -128,6 +128,10 @@ func WithInspection(o InspectOptions) Option {
 
 type labelKey struct{}
 
+// Labels reports whether the Limiter keeps its callers' labels (it was built
+// WithInspection): front doors attach one (a job's kind and ID) only then.
+func (l *Limiter) Labels() bool { return l.inspect != nil }
+
 // WithLabel returns a copy of ctx whose leases carry label (a request or job
 // ID, say) in the reports of a Limiter built WithInspection.
 func WithLabel(ctx context.Context, label string) context.Context {

@@ -281,6 +281,9 @@ func newLimit(name, key string, s Slots) (keycap.Limit, error) {
 	if s.minSet {
 		opts = append(opts, keycap.WithMinimum(s.min))
 	}
+	if s.shadow {
+		opts = append(opts, keycap.WithShadow())
+	}
 	return keycap.NewLimit(name, key, s.max, opts...)
 }
 

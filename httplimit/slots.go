@@ -36,6 +36,7 @@ type Slots struct {
 	min        int
 	minSet     bool
 	parent     *keycap.Parent
+	shadow     bool
 }
 
 // ResponseFunc writes the response to a refused request. err names the limit
@@ -102,6 +103,13 @@ func (s Slots) Share(n int) Slots { s.share = n; return s }
 // Minimum makes the key served first while it holds fewer than n of its
 // parent's slots (keycap.WithMinimum). Needs Parent.
 func (s Slots) Minimum(n int) Slots { s.min, s.minSet = n, true; return s }
+
+// Shadow makes the limit a shadow limit (keycap.WithShadow): every request
+// is decided and reported (events, metrics and logs labelled shadow) but
+// none is refused or delayed by it, so that a new cap can be watched on
+// real traffic first. Beside an enforced limiter on the same route, it
+// shows what a candidate cap would do.
+func (s Slots) Shadow() Slots { s.shadow = true; return s }
 
 func (s Slots) retry() time.Duration {
 	if s.retrySet {

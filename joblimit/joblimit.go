@@ -68,6 +68,9 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 	if err != nil {
 		return err
 	}
+	if jl.l.Labels() {
+		ctx = keycap.WithLabel(ctx, job.Kind+" "+job.ID)
+	}
 	var lease *keycap.Lease
 	var owner keycap.Owner
 	if job.Wake != nil && !rule.noHandoff && !rule.skip {

@@ -65,6 +65,7 @@ type Rule struct {
 	share        int // 0: not set
 	min          int
 	minSet       bool
+	shadow       bool
 }
 
 // An Option sets an optional field of a Rule.
@@ -170,7 +171,13 @@ func WithShare(n int) Option { return Option{func(r *Rule) { r.share = n }} }
 // parent's slots (keycap.WithMinimum). Needs WithParent.
 func WithMinimum(n int) Option { return Option{func(r *Rule) { r.min, r.minSet = n, true }} }
 
-// limitOptions returns the keycap options of the rule's weight and parent.
+// WithShadow makes the rule a shadow rule (keycap.WithShadow): every job is
+// decided and reported, labelled shadow, but none is held back by it, so
+// that a new cap can be watched on real jobs first.
+func WithShadow() Option { return Option{func(r *Rule) { r.shadow = true }} }
+
+// limitOptions returns the keycap options of the rule's weight, parent and
+// shadow.
 func (r Rule) limitOptions(opts []keycap.LimitOption) []keycap.LimitOption {
 	if r.weight != 0 {
 		opts = append(opts, keycap.WithWeight(r.weight))
@@ -183,6 +190,9 @@ func (r Rule) limitOptions(opts []keycap.LimitOption) []keycap.LimitOption {
 	}
 	if r.minSet {
 		opts = append(opts, keycap.WithMinimum(r.min))
+	}
+	if r.shadow {
+		opts = append(opts, keycap.WithShadow())
 	}
 	return opts
 }

@@ -47,16 +47,16 @@ func TestConnections(t *testing.T) {
 	want := `
 # HELP keycap_slots_acquired_total Slots granted.
 # TYPE keycap_slots_acquired_total counter
-keycap_slots_acquired_total{family="conn",limit="app"} 1
-keycap_slots_acquired_total{family="conn",limit="other"} 1
+keycap_slots_acquired_total{family="conn",limit="app",shadow="false"} 1
+keycap_slots_acquired_total{family="conn",limit="other",shadow="false"} 1
 # HELP keycap_limit_exceeded_total Slots refused because the pool was full.
 # TYPE keycap_limit_exceeded_total counter
-keycap_limit_exceeded_total{family="conn",limit="app"} 1
-keycap_limit_exceeded_total{family="conn",limit="other"} 0
+keycap_limit_exceeded_total{family="conn",limit="app",shadow="false"} 1
+keycap_limit_exceeded_total{family="conn",limit="other",shadow="false"} 0
 # HELP keycap_slots_in_use Slots held by this process.
 # TYPE keycap_slots_in_use gauge
-keycap_slots_in_use{family="conn",limit="app"} 0
-keycap_slots_in_use{family="conn",limit="other"} 1
+keycap_slots_in_use{family="conn",limit="app",shadow="false"} 0
+keycap_slots_in_use{family="conn",limit="other",shadow="false"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"keycap_slots_acquired_total", "keycap_limit_exceeded_total", "keycap_slots_in_use"); err != nil {

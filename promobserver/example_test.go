@@ -47,10 +47,10 @@ func Example() {
 		"keycap_slots_released_total", "keycap_slots_in_use")
 	// Output:
 	// second export: keycap: limit exceeded: exports (max 1)
-	// keycap_limit_exceeded_total{family="app",limit="exports"} 1
-	// keycap_slots_acquired_total{family="app",limit="exports"} 1
-	// keycap_slots_in_use{family="app",limit="exports"} 0
-	// keycap_slots_released_total{family="app",limit="exports"} 1
+	// keycap_limit_exceeded_total{family="app",limit="exports",shadow="false"} 1
+	// keycap_slots_acquired_total{family="app",limit="exports",shadow="false"} 1
+	// keycap_slots_in_use{family="app",limit="exports",shadow="false"} 0
+	// keycap_slots_released_total{family="app",limit="exports",shadow="false"} 1
 }
 
 // The same Observer counts what vendors' APIs do to you: throttled

@@ -6,18 +6,20 @@
 //	limiter, err := keycap.NewLimiter(store, keycap.WithObserver(obs))
 //
 // Slot metrics are labelled by family ("app" for HTTP and the application's
-// own limits, "job", "conn") and limit name, never by key: keys are unbounded
-// (users, IPs, tenants) and would explode the number of series. Limit names
-// come from code (limiter names, job kinds, Pusher apps), so they are few.
+// own limits, "job", "conn"), limit name and shadow ("true" for a shadow
+// limit's decisions, keycap.WithShadow: its refusals are what the cap would
+// have refused), never by key: keys are unbounded (users, IPs, tenants) and
+// would explode the number of series. Limit names come from code (limiter
+// names, job kinds, Pusher apps), so they are few.
 //
-//	keycap_slots_acquired_total{family,limit}     slots granted (connections admitted)
-//	keycap_limit_exceeded_total{family,limit}     refusals
-//	keycap_slots_released_total{family,limit}     slots released (connections gone)
-//	keycap_slots_in_use{family,limit}             acquired minus released, in this process
-//	keycap_leases_lost_total{family,limit}        leases found gone on renewal
-//	keycap_ghosts_dropped_total{family,limit}     members the heartbeat dropped as ghosts
-//	keycap_wait_seconds{family,limit,outcome}     time spent waiting: outcome "acquired" or "exceeded"
-//	keycap_hold_seconds{family,limit}             time a slot was held, on release
+//	keycap_slots_acquired_total{family,limit,shadow}     slots granted (connections admitted)
+//	keycap_limit_exceeded_total{family,limit,shadow}     refusals
+//	keycap_slots_released_total{family,limit,shadow}     slots released (connections gone)
+//	keycap_slots_in_use{family,limit,shadow}             acquired minus released, in this process
+//	keycap_leases_lost_total{family,limit,shadow}        leases found gone on renewal
+//	keycap_ghosts_dropped_total{family,limit,shadow}     members the heartbeat dropped as ghosts
+//	keycap_wait_seconds{family,limit,shadow,outcome}     time spent waiting: outcome "acquired" or "exceeded"
+//	keycap_hold_seconds{family,limit,shadow}             time a slot was held, on release
 //	keycap_store_failures_total{node}             store outages, counted at their first failure
 //	keycap_store_up{node}                         0 during an outage of that store partition, else 1
 //
@@ -58,6 +60,7 @@ type Observer struct {
 type seriesKey struct {
 	family keycap.Family
 	name   string
+	shadow bool
 }
 
 // series caches the children of one limit, so that an event costs no label
@@ -113,15 +116,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: c.namespace, Name: name, Help: help, Buckets: buckets}, labels)
 	}
 	o := &Observer{
-		acquired: counter("slots_acquired_total", "Slots granted.", "family", "limit"),
-		exceeded: counter("limit_exceeded_total", "Slots refused because the pool was full.", "family", "limit"),
-		released: counter("slots_released_total", "Slots released.", "family", "limit"),
-		lost:     counter("leases_lost_total", "Leases found gone on renewal; the pool may have admitted one more holder.", "family", "limit"),
-		ghosts:   counter("ghosts_dropped_total", "Members the node's heartbeat dropped: releases that never reached the store.", "family", "limit"),
+		acquired: counter("slots_acquired_total", "Slots granted.", "family", "limit", "shadow"),
+		exceeded: counter("limit_exceeded_total", "Slots refused because the pool was full.", "family", "limit", "shadow"),
+		released: counter("slots_released_total", "Slots released.", "family", "limit", "shadow"),
+		lost:     counter("leases_lost_total", "Leases found gone on renewal; the pool may have admitted one more holder.", "family", "limit", "shadow"),
+		ghosts:   counter("ghosts_dropped_total", "Members the node's heartbeat dropped: releases that never reached the store.", "family", "limit", "shadow"),
 		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: "slots_in_use",
-			Help: "Slots held by this process."}, []string{"family", "limit"}),
-		wait:     histogram("wait_seconds", "Time spent waiting for a slot, by outcome.", c.waitBuckets, "family", "limit", "outcome"),
-		hold:     histogram("hold_seconds", "Time a slot was held.", c.holdBuckets, "family", "limit"),
+			Help: "Slots held by this process."}, []string{"family", "limit", "shadow"}),
+		wait:     histogram("wait_seconds", "Time spent waiting for a slot, by outcome.", c.waitBuckets, "family", "limit", "shadow", "outcome"),
+		hold:     histogram("hold_seconds", "Time a slot was held.", c.holdBuckets, "family", "limit", "shadow"),
 		failures: counter("store_failures_total", "Store outages, counted at their first failure, by store partition.", "node"),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: "store_up",
 			Help: "0 during an outage of the store partition, else 1."}, []string{"node"}),
@@ -143,21 +146,21 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 }
 
 func (o *Observer) series(lim keycap.Limit) *series {
-	k := seriesKey{lim.Family(), lim.Name()}
+	k := seriesKey{lim.Family(), lim.Name(), lim.Shadow()}
 	if s, ok := o.byLimit.Load(k); ok {
 		return s.(*series)
 	}
-	f, n := k.family.String(), k.name
+	f, n, sh := k.family.String(), k.name, strconv.FormatBool(k.shadow)
 	s := &series{
-		acquired:    o.acquired.WithLabelValues(f, n),
-		exceeded:    o.exceeded.WithLabelValues(f, n),
-		released:    o.released.WithLabelValues(f, n),
-		lost:        o.lost.WithLabelValues(f, n),
-		ghosts:      o.ghosts.WithLabelValues(f, n),
-		inUse:       o.inUse.WithLabelValues(f, n),
-		waitOK:      o.wait.WithLabelValues(f, n, "acquired"),
-		waitRefused: o.wait.WithLabelValues(f, n, "exceeded"),
-		hold:        o.hold.WithLabelValues(f, n),
+		acquired:    o.acquired.WithLabelValues(f, n, sh),
+		exceeded:    o.exceeded.WithLabelValues(f, n, sh),
+		released:    o.released.WithLabelValues(f, n, sh),
+		lost:        o.lost.WithLabelValues(f, n, sh),
+		ghosts:      o.ghosts.WithLabelValues(f, n, sh),
+		inUse:       o.inUse.WithLabelValues(f, n, sh),
+		waitOK:      o.wait.WithLabelValues(f, n, sh, "acquired"),
+		waitRefused: o.wait.WithLabelValues(f, n, sh, "exceeded"),
+		hold:        o.hold.WithLabelValues(f, n, sh),
 	}
 	actual, _ := o.byLimit.LoadOrStore(k, s)
 	return actual.(*series)

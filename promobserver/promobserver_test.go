@@ -62,16 +62,16 @@ func TestMetrics(t *testing.T) {
 	want := `
 # HELP keycap_limit_exceeded_total Slots refused because the pool was full.
 # TYPE keycap_limit_exceeded_total counter
-keycap_limit_exceeded_total{family="app",limit="exports"} 1
+keycap_limit_exceeded_total{family="app",limit="exports",shadow="false"} 1
 # HELP keycap_slots_acquired_total Slots granted.
 # TYPE keycap_slots_acquired_total counter
-keycap_slots_acquired_total{family="app",limit="exports"} 2
+keycap_slots_acquired_total{family="app",limit="exports",shadow="false"} 2
 # HELP keycap_slots_in_use Slots held by this process.
 # TYPE keycap_slots_in_use gauge
-keycap_slots_in_use{family="app",limit="exports"} 1
+keycap_slots_in_use{family="app",limit="exports",shadow="false"} 1
 # HELP keycap_slots_released_total Slots released.
 # TYPE keycap_slots_released_total counter
-keycap_slots_released_total{family="app",limit="exports"} 1
+keycap_slots_released_total{family="app",limit="exports",shadow="false"} 1
 # HELP keycap_store_failures_total Store outages, counted at their first failure, by store partition.
 # TYPE keycap_store_failures_total counter
 keycap_store_failures_total{node=""} 1

@@ -1,0 +1,184 @@
+package keycap_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+// TestPoolsOfANameShareItsTag: every pool of a name starts with the name's
+// tag, and the rest of the ID still tells keys, names and families apart.
+func TestPoolsOfANameShareItsTag(t *testing.T) {
+	t.Parallel()
+	tag := keycap.TagOf(keycap.FamilyApp, "api")
+	seen := map[keycap.PoolID]bool{}
+	for _, key := range []string{"", "a", "b", "alice@example.com"} {
+		p := keycap.NewPoolID("api", key)
+		if p.Tag() != tag || seen[p] {
+			t.Fatalf("pool of key %q: tag %s (want %s), seen before %v", key, p.Tag(), tag, seen[p])
+		}
+		seen[p] = true
+	}
+	if keycap.TagOf(keycap.FamilyJob, "api") == tag || keycap.TagOf(keycap.FamilyApp, "apj") == tag {
+		t.Fatal("another family or name has the same tag")
+	}
+	if l := keycap.MustLimit("api", "k", 1, keycap.WithShadow()); l.Tag() == tag || l.Pool() == keycap.NewPoolID("api", "k") {
+		t.Fatal("a shadow limit counts in the enforced limit's pools")
+	}
+}
+
+// TestOwnersCarryTheirNodeAndTime: the owners of a Limiter's leases are
+// unique and stamped with its node's tag and when they were asked for.
+func TestOwnersCarryTheirNodeAndTime(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	l, _ := newLimiter(t, s, keycap.WithNode("stamp-node"))
+	before := time.Now().Add(-time.Millisecond)
+	ls := acquire(t, l, limit(t, "stamp", "k", 1))
+	defer ls.Release()
+	page, err := s.InspectPools(context.Background(), keycap.PageQuery{Tag: keycap.TagOf(keycap.FamilyApp, "stamp")})
+	if err != nil || len(page.Pools) != 1 || len(page.Pools[0].Holders) != 1 {
+		t.Fatalf("InspectPools: %+v, %v", page, err)
+	}
+	node, at, ok := page.Pools[0].Holders[0].Owner.Stamp()
+	if !ok || node != keycap.NodeTag("stamp-node") || at.Before(before.Truncate(time.Millisecond)) || at.After(time.Now()) {
+		t.Fatalf("stamp: node %s (want %s), at %s (want about now), ok %v", node, keycap.NodeTag("stamp-node"), at, ok)
+	}
+	// Many leases at once: never two equal owners.
+	big := limit(t, "stamp-many", "k", 10000)
+	owners := map[keycap.Owner]bool{}
+	var leases []*keycap.Lease
+	for range 2000 {
+		leases = append(leases, acquire(t, l, big))
+	}
+	page, err = s.InspectPools(context.Background(), keycap.PageQuery{Tag: big.Tag()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range page.Pools[0].Holders {
+		owners[h.Owner] = true
+	}
+	if len(owners) != 2000 {
+		t.Fatalf("%d distinct owners among 2000 leases", len(owners))
+	}
+	for _, ls := range leases {
+		ls.Release()
+	}
+}
+
+// ctxObserver records the context values its events came with.
+type ctxObserver struct {
+	plain []keycap.EventKind
+	ctx   map[keycap.EventKind]any
+}
+
+func (o *ctxObserver) Observe(e keycap.Event) { o.plain = append(o.plain, e.Kind) }
+func (o *ctxObserver) ObserveContext(ctx context.Context, e keycap.Event) {
+	o.ctx[e.Kind] = ctx.Value(ctxKey{})
+}
+
+type ctxKey struct{}
+
+// TestContextObserverGetsTheCallersContext: acquisitions and refusals come
+// with the Acquire's context, through Observers too; releases without one.
+func TestContextObserverGetsTheCallersContext(t *testing.T) {
+	t.Parallel()
+	o := &ctxObserver{ctx: map[keycap.EventKind]any{}}
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.Observers(o, keycap.ObserverFunc(func(keycap.Event) {}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.WithValue(context.Background(), ctxKey{}, "the caller")
+	lim := limit(t, "ctx", "k", 1)
+	ls, err := l.Acquire(ctx, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatal(err)
+	}
+	ls.Release()
+	if o.ctx[keycap.SlotAcquired] != "the caller" || o.ctx[keycap.LimitExceeded] != "the caller" {
+		t.Fatalf("context events %v, want acquired and exceeded with the caller's context", o.ctx)
+	}
+	if len(o.plain) != 1 || o.plain[0] != keycap.SlotReleased {
+		t.Fatalf("plain events %v, want the release alone", o.plain)
+	}
+}
+
+// TestShadowNeverRefusesNorFails: a shadow limit over its cap, of max 0, or
+// on a failing store, lets the call through and reports what it saw.
+func TestShadowNeverRefusesNorFails(t *testing.T) {
+	t.Parallel()
+	fs := newFaultStore()
+	l, rec := newLimiter(t, fs, keycap.WithDefaultFailMode(keycap.FailClosed))
+	zero := limit(t, "shadow-zero", "k", 0, keycap.WithShadow())
+	ls := acquire(t, l, zero)
+	ls.Release()
+	if e, ok := last(rec, keycap.LimitExceeded); !ok || !e.Limit.Shadow() {
+		t.Fatalf("max 0 shadow: no shadow refusal reported (%+v)", e)
+	}
+	fs.fail.Store(true)
+	ls = acquire(t, l, limit(t, "shadow-down", "k", 5, keycap.WithShadow(), keycap.WithFailMode(keycap.FailClosed)))
+	ls.Release()
+	if _, ok := last(rec, keycap.StoreFailed); !ok {
+		t.Fatal("the shadow limit's store failure was not reported")
+	}
+	if rec.Count(keycap.SlotAcquired, "shadow-down") != 0 {
+		t.Fatal("a slot was reported acquired in a failing store")
+	}
+}
+
+// TestOverrideRules: an override changes max and share, never lifts a
+// key above its parent, and a Limiter without WithOverrides ignores them.
+func TestOverrideRules(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	l, _ := newLimiter(t, s, keycap.WithOverrides(time.Hour)) // loads at start and on each set
+	parent := keycap.MustParent("override-parent", 4)
+	kid := limit(t, "override-kid", "k", 2, keycap.WithParent(parent), keycap.WithShare(1))
+	if err := l.SetOverride(context.Background(), keycap.Override{Name: "override-kid", Key: "k", Max: 100, Share: 3}); err != nil {
+		t.Fatal(err)
+	}
+	got := l.Overridden(kid)
+	if got.Max() != 4 || got.Share() != 3 {
+		t.Fatalf("overridden kid: max %d share %d, want 4 (its parent's) and 3", got.Max(), got.Share())
+	}
+	if err := l.SetOverride(context.Background(), keycap.Override{Name: "override-kid", Key: "k", Max: keycap.KeepMax, Share: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Overridden(kid); got.Max() != 2 || got.Share() != 2 {
+		t.Fatalf("share only: max %d share %d, want 2 and 2", got.Max(), got.Share())
+	}
+	plain, _ := newLimiter(t, s)
+	if got := plain.Overridden(kid); got.Max() != 2 || got.Share() != 1 {
+		t.Fatalf("a Limiter without WithOverrides applies one: max %d share %d", got.Max(), got.Share())
+	}
+	for _, bad := range []keycap.Override{
+		{Key: "k", Max: 1},
+		{Name: "n", Max: -2},
+		{Name: "n", Max: 1, Share: -1},
+		{Name: "n", Max: 1, TTL: -time.Second},
+		{Name: "n", Max: 1, Family: 9},
+	} {
+		var inv *keycap.InvalidLimitError
+		if err := l.SetOverride(context.Background(), bad); !errors.As(err, &inv) {
+			t.Fatalf("override %+v: %v, want an *InvalidLimitError", bad, err)
+		}
+	}
+	if _, err := keycap.NewLimiter(newFaultStore(), keycap.WithOverrides(0)); !errors.Is(err, keycap.ErrNoOverrider) {
+		t.Fatalf("WithOverrides on a store without overrides: %v", err)
+	}
+	if _, err := plain.Inspect(context.Background(), keycap.Inspection{}); err == nil {
+		t.Fatal("Inspect of an empty name was accepted")
+	}
+	np, _ := newLimiter(t, newFaultStore())
+	if _, err := np.Inspect(context.Background(), keycap.Inspection{Name: "x"}); !errors.Is(err, keycap.ErrNoInspector) {
+		t.Fatalf("Inspect on a store that cannot: %v", err)
+	}
+}
