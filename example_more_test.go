@@ -169,3 +169,63 @@ func ExampleWithWeight() {
 	fmt.Println(err1 == nil, errors.Is(err2, keycap.ErrLimitExceeded))
 	// Output: true true
 }
+
+// A shadow limit beside the enforced one: the candidate cap of 1 would
+// refuse the second request, which the current cap of 3 lets through. The
+// refusal is reported (and counted by promobserver with shadow="true"); the
+// caller never sees it.
+func ExampleWithShadow() {
+	var wouldRefuse int
+	limiter, _ := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.LimitExceeded && e.Limit.Shadow() {
+			wouldRefuse++
+		}
+	})))
+	defer limiter.Close()
+	current := keycap.MustLimit("exports", "team:7", 3)
+	candidate := keycap.MustLimit("exports", "team:7", 1, keycap.WithShadow())
+	ctx := context.Background()
+	a, _ := limiter.Acquire(ctx, current, candidate)
+	b, err := limiter.Acquire(ctx, current, candidate)
+	fmt.Println("second export:", err, "- the candidate would have refused", wouldRefuse)
+	b.Release()
+	a.Release()
+	// Output: second export: <nil> - the candidate would have refused 1
+}
+
+// A live override: one key's max changed for every Limiter of the store
+// built WithOverrides, without a deploy, and reset to the code's value.
+func ExampleLimiter_SetOverride() {
+	store := memstore.New()
+	limiter, _ := keycap.NewLimiter(store, keycap.WithOverrides(time.Second))
+	defer limiter.Close()
+	ctx := context.Background()
+	exports := keycap.MustLimit("exports", "team:7", 1)
+
+	_ = limiter.SetOverride(ctx, keycap.Override{Name: "exports", Key: "team:7", Max: 5, TTL: time.Hour})
+	fmt.Println("max now:", limiter.Overridden(exports).Max())
+	_ = limiter.ResetOverride(ctx, keycap.FamilyApp, "exports", "team:7")
+	fmt.Println("max after the reset:", limiter.Overridden(exports).Max())
+	// Output:
+	// max now: 5
+	// max after the reset: 1
+}
+
+// Who holds what: a page of a limit's pools, on every server of the store,
+// with each holder's age and node, and the labels and keys this Limiter
+// knows (keys only when it shows them: they may be personal data).
+func ExampleLimiter_Inspect() {
+	limiter, _ := keycap.NewLimiter(memstore.New(), keycap.WithNode("web-1"),
+		keycap.WithInspection(keycap.InspectOptions{ShowKeys: true}))
+	defer limiter.Close()
+	ctx := keycap.WithLabel(context.Background(), "req-42")
+	lease, _ := limiter.Acquire(ctx, keycap.MustLimit("exports", "team:7", 3))
+	defer lease.Release()
+
+	report, _ := limiter.Inspect(context.Background(), keycap.Inspection{Name: "exports"})
+	for _, p := range report.Pools {
+		h := p.Holders[0]
+		fmt.Printf("%s: %d of the slots held, by %s on %s\n", p.Key, p.Held, h.Label, h.Node)
+	}
+	// Output: team:7: 1 of the slots held, by req-42 on web-1
+}
