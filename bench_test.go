@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/memstore"
 )
 
@@ -110,4 +112,56 @@ func BenchmarkLimiterShared(b *testing.B) {
 			_ = l.Close()
 		}
 	}
+}
+
+// BenchmarkSeeAndSteer measures what inspection, overrides and a shadow
+// limit cost on the acquire+release path, on memstore, in alternating rounds
+// of one run: plain; WithInspection; WithOverrides with none set and with
+// 1,000 set for other keys; a shadow limit beside the limit (two store calls
+// then, as two enforced limits are, so its row is against two limits).
+// Each sub-benchmark reports its ratio to the plain path.
+func BenchmarkSeeAndSteer(b *testing.B) {
+	ctx := context.Background()
+	newLimiter := func(opts ...keycap.Option) *keycap.Limiter {
+		l, err := keycap.NewLimiter(memstore.New(), opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	plain := newLimiter()
+	inspecting := newLimiter(keycap.WithInspection(keycap.InspectOptions{ShowKeys: true}))
+	noOverrides := newLimiter(keycap.WithOverrides(time.Hour))
+	overridden := newLimiter(keycap.WithOverrides(time.Hour))
+	for i := range 1000 {
+		if err := overridden.SetOverride(ctx, keycap.Override{Name: "bench", Key: fmt.Sprint("other:", i), Max: 5}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lim := keycap.MustLimit("bench", "k", 1<<20)
+	second := keycap.MustLimit("bench", "k2", 1<<20)
+	shadow := keycap.MustLimit("bench", "k", 1<<20, keycap.WithShadow())
+	op := func(l *keycap.Limiter, limits ...keycap.Limit) func(int) error {
+		return func(int) error {
+			ls, err := l.Acquire(ctx, limits...)
+			if err != nil {
+				return err
+			}
+			ls.Release()
+			return nil
+		}
+	}
+	b.Run("one-limit", func(b *testing.B) {
+		t := testkit.Alternate(b, 1, 2000, 1000, op(plain, lim), op(inspecting, lim), op(noOverrides, lim), op(overridden, lim))
+		b.ReportMetric(float64(t[0].Nanoseconds())/float64(b.N), "plain-ns/op")
+		b.ReportMetric(float64(t[1])/float64(t[0]), "inspection/plain")
+		b.ReportMetric(float64(t[2])/float64(t[0]), "overrides-none/plain")
+		b.ReportMetric(float64(t[3])/float64(t[0]), "overrides-1000/plain")
+	})
+	b.Run("two-limits", func(b *testing.B) {
+		t := testkit.Alternate(b, 1, 2000, 1000, op(plain, lim, second), op(plain, lim, shadow))
+		b.ReportMetric(float64(t[0].Nanoseconds())/float64(b.N), "two-enforced-ns/op")
+		b.ReportMetric(float64(t[1])/float64(t[0]), "with-shadow/two-enforced")
+	})
 }

@@ -348,7 +348,9 @@ func (l *Limiter) localLeases(tag Tag) localView {
 			for j := range ls.slots {
 				if s := &ls.slots[j]; s.limit.pool.Tag() == tag {
 					v.keys[s.limit.pool] = s.limit.key
-					v.leases[ls.owner] = localLease{acquired: ls.acquired, label: ls.label}
+					ls.mu.Lock()
+					v.leases[ls.owner] = localLease{acquired: ls.acquired, label: ls.label()}
+					ls.mu.Unlock()
 				}
 			}
 		}

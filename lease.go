@@ -13,11 +13,9 @@ type Lease struct {
 	acquired time.Duration // on the Limiter's clock
 	slots    []slot
 	one      [1]slot // backing for the common single-limit lease
-	shadow   *Lease  // the slots of its shadow limits, released with it; nil: none
-	label    string  // the caller's label (WithLabel), kept when the Limiter inspects
 
-	mu     sync.Mutex // guards released, lost and each slot's renewal state
-	lostCh chan struct{}
+	mu    sync.Mutex  // guards released, lost, extra once admitted, and each slot's renewal state
+	extra *leaseExtra // nil on the common path
 
 	// The keeper's list of held leases, guarded by the keeper shard's lock.
 	prev, next *Lease
@@ -27,6 +25,31 @@ type Lease struct {
 	released bool // guarded by mu
 	lost     bool // guarded by mu
 	listed   bool // guarded by the keeper shard's lock
+}
+
+// leaseExtra is what only some leases carry, apart so that the common
+// lease stays small.
+type leaseExtra struct {
+	lostCh chan struct{} // Lost's channel, once asked for
+	shadow *Lease        // the slots of its shadow limits, released with it; nil: none
+	label  string        // the caller's label (WithLabel), kept when the Limiter inspects
+}
+
+// more returns ls.extra, made if needed. The caller holds ls.mu, or ls is
+// not yet admitted.
+func (ls *Lease) more() *leaseExtra {
+	if ls.extra == nil {
+		ls.extra = &leaseExtra{}
+	}
+	return ls.extra
+}
+
+// label returns the caller's label. The caller holds ls.mu.
+func (ls *Lease) label() string {
+	if ls.extra == nil {
+		return ""
+	}
+	return ls.extra.label
 }
 
 type slot struct {
@@ -79,10 +102,11 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 func (ls *Lease) Lost() <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.lostCh == nil {
-		ls.lostCh = make(chan struct{})
+	e := ls.more()
+	if e.lostCh == nil {
+		e.lostCh = make(chan struct{})
 	}
-	return ls.lostCh
+	return e.lostCh
 }
 
 // markLost records that slot s was found gone. The caller holds ls.mu. It
@@ -95,11 +119,12 @@ func (ls *Lease) markLost(s *slot) chan struct{} {
 		return nil
 	}
 	ls.lost = true
-	if ls.lostCh == nil {
-		ls.lostCh = closedCh // later calls of Lost see it closed
+	e := ls.more()
+	if e.lostCh == nil {
+		e.lostCh = closedCh // later calls of Lost see it closed
 		return nil
 	}
-	return ls.lostCh
+	return e.lostCh
 }
 
 // Release frees the lease's slots and reports SlotReleased for each. It is
@@ -120,9 +145,13 @@ func (ls *Lease) release(reported int) {
 		return
 	}
 	ls.released = true
+	var shadow *Lease
+	if ls.extra != nil {
+		shadow = ls.extra.shadow
+	}
 	ls.mu.Unlock()
-	if ls.shadow != nil {
-		ls.shadow.release(-1)
+	if shadow != nil {
+		shadow.release(-1)
 	}
 
 	l := ls.l

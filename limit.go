@@ -58,9 +58,9 @@ type Limit struct {
 	family Family
 	fail   FailMode
 	ttlSet bool     // WithTTL given: AcquireAs keeps it
+	shadow bool     // decides and reports, never refuses (WithShadow)
 	weight int      // slots a lease takes; 0: one (WithWeight not given)
 	share  *sharing // the parent, nil when none
-	shadow bool     // decides and reports, never refuses (WithShadow)
 }
 
 // A LimitOption sets an optional field of a Limit. (It is a value, not a

@@ -233,7 +233,9 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 	start := l.now()
 	ls := newLease(l, limits, start)
 	if l.inspect != nil {
-		ls.label, _ = ctx.Value(labelKey{}).(string)
+		if label, ok := ctx.Value(labelKey{}).(string); ok {
+			ls.more().label = label
+		}
 	}
 	switch {
 	case member != nil:

@@ -50,7 +50,11 @@ func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Par
 		}
 		return nil, err
 	}
-	ls.shadow = sh
+	if sh != nil {
+		ls.mu.Lock() // admitted: the keeper may look at it
+		ls.more().shadow = sh
+		ls.mu.Unlock()
+	}
 	return ls, nil
 }
 
