@@ -182,3 +182,20 @@ func TestOverrideRules(t *testing.T) {
 		t.Fatalf("Inspect on a store that cannot: %v", err)
 	}
 }
+
+// TestShadowUnderAParentTakesNoEnforcedSlot: a shadow limit under the
+// parent of an enforced one counts in a shadow of the parent, never in its
+// total.
+func TestShadowUnderAParentTakesNoEnforcedSlot(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New())
+	parent := keycap.MustParent("shadow-parent", 2)
+	enforced := func(key string) keycap.Limit { return limit(t, "shadow-kid", key, 2, keycap.WithParent(parent)) }
+	candidate := limit(t, "shadow-kid", "a", 1, keycap.WithParent(parent), keycap.WithShadow())
+	a := acquire(t, l, enforced("a"), candidate)
+	defer a.Release()
+	b := acquire(t, l, enforced("b"), limit(t, "shadow-kid", "b", 1, keycap.WithParent(parent), keycap.WithShadow()))
+	defer b.Release()
+	// The parent's 2 slots are taken by the two enforced leases alone.
+	refused(t, l, enforced("c"), enforced("c"))
+}

@@ -174,8 +174,23 @@ func NewLimit(name, key string, max int, opts ...LimitOption) (Limit, error) {
 	if err := l.checkSharing(share, min, shareSet, minSet); err != nil {
 		return Limit{}, err
 	}
-	l.pool = PoolIDOf(l.poolFamily(), name, key)
+	l.pool = PoolIDOf(l.family, name, key)
+	if l.shadow {
+		l.makeShadow()
+	}
 	return l, nil
+}
+
+// makeShadow makes l a shadow limit: its pool, and its parent's, are the
+// shadow family's, so that it never takes a slot an enforced limit counts.
+func (l *Limit) makeShadow() {
+	l.shadow = true
+	l.pool = PoolIDOf(l.poolFamily(), l.name, l.key)
+	if l.share != nil {
+		s := *l.share
+		s.parent.pool = PoolIDOf(familyInternal|shadowFamily, "parent", s.parent.name)
+		l.share = &s
+	}
 }
 
 // shadowFamily marks the family byte of a shadow limit's pools, so that

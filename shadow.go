@@ -29,8 +29,7 @@ func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Par
 	var enforced, shadows []Limit
 	for _, lim := range limits {
 		if l.shadowAll && !lim.shadow {
-			lim.shadow = true
-			lim.pool = PoolIDOf(lim.poolFamily(), lim.name, lim.key)
+			lim.makeShadow()
 		}
 		if lim.shadow {
 			lim.wait = 0

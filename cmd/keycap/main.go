@@ -6,6 +6,8 @@
 //	keycap check -config keycap.yaml   validate the file and exit
 //	keycap demo [-listen addr]         run the demo upstream alone
 //	keycap try [-url url]              a greedy client and two polite ones, against a gateway
+//	keycap inspect [-json]             what a gateway's admin page shows: slots, keys, waiters, refusals
+//	keycap override set|reset|list     change one key's max or share on every gateway, live
 //	keycap help                        list the commands
 //
 // docs/gateway.md is the configuration reference.
@@ -33,6 +35,8 @@ Usage:
   keycap check -config FILE     validate FILE, listing every problem with its line, and exit
   keycap demo [-listen ADDR]    run the demo upstream alone (default 127.0.0.1:8081)
   keycap try [-url URL]         send a greedy client and two polite ones to a gateway
+  keycap inspect [-json]        print what the gateway's admin page shows (needs admin_api.token)
+  keycap override set|reset|list  change one key's max or share on every gateway, live
   keycap help                   this list
 
 Try it:  keycap -config examples/gateway.yaml, then keycap try in another terminal.
@@ -59,6 +63,10 @@ func main() {
 		err = demo(args)
 	case "try":
 		err = try(args)
+	case "inspect":
+		err = inspect(args)
+	case "override":
+		err = override(args)
 	default:
 		fmt.Fprintf(os.Stderr, "keycap: unknown command %q\n\n%s", cmd, usage)
 		os.Exit(2)

@@ -28,6 +28,7 @@ import (
 type Config struct {
 	Listen          Strings        `yaml:"listen"`
 	Admin           string         `yaml:"admin"`
+	AdminAPI        AdminAPIConfig `yaml:"admin_api"`
 	Upstream        string         `yaml:"upstream"`
 	DemoUpstream    string         `yaml:"demo_upstream"`
 	ShutdownTimeout Duration       `yaml:"shutdown_timeout"`
@@ -41,6 +42,26 @@ type Config struct {
 	Routes          []RouteConfig  `yaml:"routes"`
 	Pusher          *PusherConfig  `yaml:"pusher"`
 }
+
+// AdminAPIConfig turns on the admin API and page on the admin listener:
+// inspection of who holds what, and live overrides.
+type AdminAPIConfig struct {
+	// Token is the bearer token of the admin API and page (write
+	// ${SOME_VARIABLE} to read it from the environment); when it is not
+	// set, KEYCAP_ADMIN_TOKEN in the environment gives it. Without one, the admin listener serves
+	// only /metrics, /healthz and /readyz.
+	Token string `yaml:"token"`
+	// ShowKeys shows keys in clear (they may be personal data: user IDs,
+	// e-mails, addresses); by default only their hashes.
+	ShowKeys bool `yaml:"show_keys"`
+	// OverridesRefresh is how often the gateway reads the store's overrides
+	// (default 1s): an override set on any gateway applies on every one
+	// within it.
+	OverridesRefresh Duration `yaml:"overrides_refresh"`
+}
+
+// MinAdminToken is the shortest admin token the gateway accepts.
+const MinAdminToken = 16
 
 // ParentConfig is a total shared by the keys of the limits that name it
 // (keycap.Parent).
@@ -121,6 +142,7 @@ type RouteConfig struct {
 	Upstream string          `yaml:"upstream"`
 	Pool     string          `yaml:"pool"`
 	Limits   []LimitConfig   `yaml:"limits"`
+	Shadow   bool            `yaml:"shadow"`   // every limit of the route decides and reports, none refuses
 	Timeouts *TimeoutsConfig `yaml:"timeouts"` // fields left out take the top level's
 	Release  string          `yaml:"release"`  // auto (default), on_upstream_done, on_client_done
 	MaxHold  Duration        `yaml:"max_hold"` // default 1m
@@ -144,6 +166,7 @@ type LimitConfig struct {
 	TTL        *Duration `yaml:"ttl"` // default 30s; at least 1ms
 	FailMode   string    `yaml:"fail_mode"`
 	Budget     Duration  `yaml:"budget"` // default the store's
+	Shadow     bool      `yaml:"shadow"` // decides and reports, never refuses (a candidate cap)
 
 	// Weights and fair shares (keycap.Parent).
 	Weight  int            `yaml:"weight"`   // slots each request takes; default 1
@@ -266,6 +289,16 @@ func ParseConfig(file string, raw []byte) (*Config, error) {
 	var cfg Config
 	d := &decoder{}
 	d.decode(root.Content[0], reflect.ValueOf(&cfg).Elem(), nil)
+	if cfg.AdminAPI.Token == "" {
+		cfg.AdminAPI.Token = os.Getenv("KEYCAP_ADMIN_TOKEN")
+	}
+	for i := range cfg.Routes {
+		if r := &cfg.Routes[i]; r.Shadow {
+			for j := range r.Limits {
+				r.Limits[j].Shadow = true
+			}
+		}
+	}
 	v := &validator{root: &root, dir: filepath.Dir(file), bad: d.bad}
 	v.validate(&cfg)
 	problems := append(d.problems, v.problems...)
@@ -289,6 +322,7 @@ func (c *Config) defaults(dir string) {
 	if c.Admin == "" {
 		c.Admin = "127.0.0.1:9091"
 	}
+	setDuration(&c.AdminAPI.OverridesRefresh, keycap.DefaultOverrideRefresh)
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Duration(30 * time.Second)
 	}
@@ -475,6 +509,12 @@ func (v *validator) validate(c *Config) {
 	}
 	if c.DemoUpstream != "" {
 		v.addr(p("demo_upstream"), c.DemoUpstream)
+	}
+	if t := c.AdminAPI.Token; t != "" && len(t) < MinAdminToken {
+		v.errf(p("admin_api", "token"), "too short (%d bytes): at least %d, such as the output of openssl rand -hex 16", len(t), MinAdminToken)
+	}
+	if r := c.AdminAPI.OverridesRefresh; r != 0 && time.Duration(r) < 10*time.Millisecond {
+		v.errf(p("admin_api", "overrides_refresh"), "must be at least 10ms, not %s", time.Duration(r))
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
@@ -763,10 +803,10 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 		v.nonNegative(lp("budget"), l.Budget)
 		v.sharing(lp, l, c, parents)
 		if l.Parent != "" {
-			if parentsUsed[l.Parent] {
+			if parentsUsed[l.Parent+shadowMark(l.Shadow)] {
 				v.errf(lp("parent"), "two limits of one route under parent %q: a request would count twice in its total", l.Parent)
 			}
-			parentsUsed[l.Parent] = true
+			parentsUsed[l.Parent+shadowMark(l.Shadow)] = true
 		}
 		switch l.OnMissing {
 		case "", MissingIP, MissingRefuse:
@@ -781,11 +821,20 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 		if src.kind == "claim" && c.JWT == nil {
 			v.errf(lp("key"), "%q needs the jwt section, to verify the tokens it reads", l.Key)
 		}
-		if keys[src.String()] {
+		if keys[src.String()+shadowMark(l.Shadow)] {
 			v.errf(lp("key"), "two limits of one route on the same key %q", src.String())
 		}
-		keys[src.String()] = true
+		keys[src.String()+shadowMark(l.Shadow)] = true
 	}
+}
+
+// shadowMark keeps a shadow limit apart from the enforced limit of the same
+// key or parent: they count in pools of their own.
+func shadowMark(shadow bool) string {
+	if shadow {
+		return "\x00shadow"
+	}
+	return ""
 }
 
 var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
@@ -809,7 +858,7 @@ func sameLimits(a, b []LimitConfig) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || !sameDuration(x.TTL, y.TTL) || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing || x.Budget != y.Budget {
+		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || !sameDuration(x.TTL, y.TTL) || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing || x.Budget != y.Budget || x.Shadow != y.Shadow {
 			return false
 		}
 		// The weight may differ: routes of one pool that cost more or less.

@@ -32,6 +32,7 @@ import (
 // reloads that leave that section unchanged.
 type backend struct {
 	cfg      StoreConfig
+	refresh  Duration // admin_api.overrides_refresh
 	store    keycap.Store
 	handover *handover             // while the previous backend's requests last
 	client   redis.UniversalClient // nil for memory
@@ -193,7 +194,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if cfg.Pusher != nil {
 		cc = capsSettings(cfg)
 	}
-	if old != nil && sameStore(old.backend.cfg, cfg.Store) &&
+	if old != nil && sameStore(old.backend.cfg, cfg.Store) && old.backend.refresh == cfg.AdminAPI.OverridesRefresh &&
 		(old.backend.caps == nil) == (cfg.Pusher == nil) && (cfg.Pusher == nil || sameCaps(old.backend.capsCfg, cc)) {
 		return old.backend, nil // leases and connections carry over
 	}
@@ -202,6 +203,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, overrides := store.(keycap.Overrider) // of the store itself, not of a handover
 	var ho *handover
 	if old != nil {
 		// Requests and WebSockets of the old configuration hold slots in
@@ -217,11 +219,17 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if cfg.Pusher != nil {
 		opts = append(opts, keycap.WithHeartbeat(cc.heartbeat))
 	}
+	// Keys are kept in clear in the process, for the admin API, which shows
+	// them only with admin_api.show_keys.
+	opts = append(opts, keycap.WithInspection(keycap.InspectOptions{ShowKeys: true}))
+	if overrides {
+		opts = append(opts, keycap.WithOverrides(time.Duration(cfg.AdminAPI.OverridesRefresh)))
+	}
 	limiter, err := keycap.NewLimiter(store, opts...)
 	if err != nil {
 		return nil, err
 	}
-	be := &backend{cfg: cfg.Store, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
+	be := &backend{cfg: cfg.Store, refresh: cfg.AdminAPI.OverridesRefresh, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
 	if cfg.Pusher != nil {
 		copts := []conncap.Option{conncap.WithDefaultCap(cc.defaultCap), conncap.WithTTL(cc.ttl)}
 		for app, n := range cc.appCaps {
@@ -303,6 +311,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 			name:    r.Name,
 			keys:    newKeyer(r, cip, verify),
 			maxBody: int64(*r.MaxBody),
+			label:   rt.backend.limiter.Labels(),
 			next:    limits.Must(r.Pool)(proxy),
 		}
 		patterns := []string{r.Path}
@@ -421,6 +430,7 @@ type routeHandler struct {
 	name    string
 	keys    *keyer // nil for the catch-all
 	maxBody int64
+	label   bool // the limiter keeps labels: give it the request's ID
 	next    http.Handler
 }
 
@@ -452,6 +462,9 @@ func (h *routeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ctx = withKeys(ctx, keys)
+		if h.label {
+			ctx = keycap.WithLabel(ctx, r.Header.Get("X-Request-Id"))
+		}
 	}
 	h.next.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -504,6 +517,9 @@ func ruleFor(r RouteConfig, parents map[string]keycap.Parent) httplimit.LimitFun
 		}
 		if l.Budget > 0 {
 			s = s.Budget(time.Duration(l.Budget))
+		}
+		if l.Shadow {
+			s = s.Shadow()
 		}
 		slots[i] = s
 	}

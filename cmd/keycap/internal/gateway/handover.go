@@ -256,3 +256,55 @@ func (h *handover) releasePrevDemand(prev keycap.Sharer, d keycap.Demand) {
 	d.Keep = 0 // the old store keeps nothing for anyone
 	_, _ = prev.ReleaseDemand(ctx, d, false)
 }
+
+// Inspection and overrides are the new store's: the old one's leases drain,
+// and overrides live in the store the gateway now uses.
+
+var (
+	_ keycap.Inspector = (*handover)(nil)
+	_ keycap.Overrider = (*handover)(nil)
+)
+
+// errNoInspection is the error of an inspection or override call on a store
+// that keeps neither (none).
+var errNoInspection = errors.New("gateway: the store cannot be inspected and keeps no overrides")
+
+func (h *handover) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
+	next, ok := h.Store.(keycap.Inspector)
+	if !ok {
+		return keycap.PoolPage{}, errNoInspection
+	}
+	return next.InspectPools(ctx, q)
+}
+
+func (h *handover) InspectPauses(ctx context.Context, q keycap.PageQuery) (keycap.PausePage, error) {
+	next, ok := h.Store.(keycap.Inspector)
+	if !ok {
+		return keycap.PausePage{}, errNoInspection
+	}
+	return next.InspectPauses(ctx, q)
+}
+
+func (h *handover) SetOverride(ctx context.Context, o keycap.Override) error {
+	next, ok := h.Store.(keycap.Overrider)
+	if !ok {
+		return errNoInspection
+	}
+	return next.SetOverride(ctx, o)
+}
+
+func (h *handover) DeleteOverride(ctx context.Context, pool keycap.PoolID) error {
+	next, ok := h.Store.(keycap.Overrider)
+	if !ok {
+		return errNoInspection
+	}
+	return next.DeleteOverride(ctx, pool)
+}
+
+func (h *handover) Overrides(ctx context.Context, since uint64) (uint64, []keycap.Override, error) {
+	next, ok := h.Store.(keycap.Overrider)
+	if !ok {
+		return 0, nil, errNoInspection
+	}
+	return next.Overrides(ctx, since)
+}

@@ -142,6 +142,7 @@ func (s *Server) listen(kind, addr string, h http.Handler) error {
 func (s *Server) admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.gw.metrics.handler())
+	s.adminRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -1,0 +1,568 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keycap/keycap"
+)
+
+// The admin API and page (docs/gateway.md, "Admin API"): on the admin
+// listener only, behind the bearer token of admin_api.token.
+//
+//	GET    /admin/                  the page: routes, keys, waiters, refusals, pauses, connections
+//	GET    /admin/api/summary       the page's figures, as JSON
+//	GET    /admin/api/pools         one page of a limit's pools with their holders (?route= or ?app=, &cursor=, &shadow=true)
+//	GET    /admin/api/overrides     the overrides in force
+//	PUT    /admin/api/overrides     set one: {"route":"api","key":"header:X-User=alice","max":10,"ttl":"1h"}
+//	DELETE /admin/api/overrides     reset one: ?route=api&key=header:X-User=alice
+
+// adminCookie carries the token for the page, set by POST /admin/login.
+const adminCookie = "keycap_admin"
+
+// summaryPages bounds the pages of pools a summary reads per limit name.
+const summaryPages = 10
+
+// adminRoutes adds the admin API and page to mux.
+func (s *Server) adminRoutes(mux *http.ServeMux) {
+	api := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.authorized(false, h)) }
+	api("GET /admin/api/summary", s.apiSummary)
+	api("GET /admin/api/pools", s.apiPools)
+	api("GET /admin/api/overrides", s.apiOverrides)
+	api("PUT /admin/api/overrides", s.apiSetOverride)
+	api("DELETE /admin/api/overrides", s.apiResetOverride)
+	mux.Handle("GET /admin/{$}", s.authorized(true, s.page))
+	mux.HandleFunc("GET /admin/login", s.loginForm)
+	mux.HandleFunc("POST /admin/login", s.login)
+}
+
+// token returns the configuration's admin token, "" when the admin API is off.
+func (s *Server) token() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.AdminAPI.Token
+}
+
+func (s *Server) config() *Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// authorized serves h to requests that carry the token: as a bearer token,
+// or, for the page (cookie), in the cookie the login sets. Without a token
+// configured, the admin API does not exist (404).
+func (s *Server) authorized(cookie bool, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		want := s.token()
+		if want == "" {
+			http.NotFound(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok && cookie {
+			if c, err := r.Cookie(adminCookie); err == nil {
+				got, ok = c.Value, true
+			}
+		}
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			if cookie {
+				http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="keycap admin"`)
+			adminError(w, http.StatusUnauthorized, "a valid bearer token is needed (admin_api.token)")
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h(w, r)
+	})
+}
+
+func adminError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// Summary is what the page shows, and GET /admin/api/summary returns.
+type Summary struct {
+	Node      string         `json:"node"`
+	At        time.Time      `json:"at"`
+	Limits    []LimitSummary `json:"limits"`
+	Apps      []AppSummary   `json:"apps,omitempty"`
+	Pauses    []PauseSummary `json:"pauses"`
+	Overrides []OverrideView `json:"overrides"`
+	Problems  []string       `json:"problems,omitempty"` // what could not be read (the store failing, say)
+}
+
+// LimitSummary is one limit name (a route's pool) of the gateway: every
+// route that counts in it, its pools across every gateway of the store, and
+// this gateway's refusals.
+type LimitSummary struct {
+	Pool      string     `json:"pool"`
+	Routes    []string   `json:"routes"`
+	Shadow    bool       `json:"shadow"`
+	Max       string     `json:"max"` // the configured max per key, "3" or "3, 10" for several limits
+	Keys      int        `json:"keys"`
+	InUse     int        `json:"in_use"` // slots held, over every key
+	Waiting   int        `json:"waiting"`
+	Busiest   []KeyUsage `json:"busiest"`
+	Refusals  int        `json:"recent_refusals"`     // this gateway's, within RefusalWindow
+	PerSecond float64    `json:"refusals_per_second"` // the same, per second
+	Truncated bool       `json:"truncated,omitempty"` // more pools than a summary reads
+}
+
+// KeyUsage is one key's pool.
+type KeyUsage struct {
+	Key        string `json:"key"` // in clear with admin_api.show_keys, else the pool's hash
+	Held       int    `json:"held"`
+	Max        int    `json:"max"` // -1: unknown (a key this gateway has not seen)
+	Waiting    int    `json:"waiting"`
+	Overridden bool   `json:"overridden,omitempty"`
+}
+
+// AppSummary is one Pusher app's connections.
+type AppSummary struct {
+	App         string     `json:"app"`
+	Cap         int        `json:"cap_per_user"`
+	Users       int        `json:"users"`
+	Connections int        `json:"connections"`
+	Busiest     []KeyUsage `json:"busiest"`
+	Truncated   bool       `json:"truncated,omitempty"`
+}
+
+// PauseSummary is one API pause running in the store.
+type PauseSummary struct {
+	ID   string  `json:"id"`
+	Pace bool    `json:"pace"`
+	Left float64 `json:"left_seconds"`
+}
+
+// OverrideView is one override, as the API shows and takes it.
+type OverrideView struct {
+	Family string  `json:"family"` // app (a route's pool) or conn (a Pusher app)
+	Name   string  `json:"name"`   // the pool or the app
+	Key    string  `json:"key"`
+	Max    *int    `json:"max,omitempty"`
+	Share  int     `json:"share,omitempty"`
+	TTL    float64 `json:"ttl_seconds,omitempty"`
+}
+
+// RefusalWindow is how far back a summary counts refusals.
+const RefusalWindow = 10 * time.Second
+
+// summary reads the figures of the page.
+func (s *Server) summary(ctx context.Context) Summary {
+	rt := s.gw.router()
+	cfg := rt.cfg
+	lim := rt.backend.limiter
+	show := cfg.AdminAPI.ShowKeys
+	sum := Summary{Node: lim.Node(), At: time.Now().UTC()}
+	problem := func(what string, err error) {
+		sum.Problems = append(sum.Problems, what+": "+err.Error())
+	}
+	pools := map[string]*LimitSummary{}
+	var order []string
+	for _, r := range cfg.Routes {
+		for _, shadow := range []bool{false, true} {
+			var maxes []string
+			for _, l := range r.Limits {
+				if l.Shadow == shadow {
+					maxes = append(maxes, strconv.Itoa(*l.Max))
+				}
+			}
+			if len(maxes) == 0 {
+				continue
+			}
+			id := r.Pool + "\x00" + strconv.FormatBool(shadow)
+			if ls, ok := pools[id]; ok {
+				ls.Routes = append(ls.Routes, r.Name)
+				continue
+			}
+			pools[id] = &LimitSummary{Pool: r.Pool, Routes: []string{r.Name}, Shadow: shadow, Max: strings.Join(maxes, ", ")}
+			order = append(order, id)
+		}
+	}
+	for _, id := range order {
+		ls := pools[id]
+		in := keycap.Inspection{Family: keycap.FamilyApp, Name: ls.Pool, Shadow: ls.Shadow}
+		reports, truncated, err := inspectAll(ctx, lim, in)
+		if err != nil {
+			problem("limit "+ls.Pool, err)
+		}
+		ls.Truncated = truncated
+		for _, rep := range reports {
+			ls.Keys++
+			ls.InUse += rep.Held
+			ls.Waiting += len(rep.Waiting)
+			ls.Busiest = append(ls.Busiest, s.usage(rt, ls.Pool, ls.Shadow, rep, show))
+		}
+		ls.Busiest = busiest(ls.Busiest)
+		if rep, err := lim.Inspect(ctx, keycap.Inspection{Family: keycap.FamilyApp, Name: ls.Pool, Shadow: ls.Shadow, Limit: 1}); err == nil {
+			ls.Refusals = recentCount(rep.Refusals, sum.At)
+			ls.PerSecond = float64(ls.Refusals) / RefusalWindow.Seconds()
+		}
+		sum.Limits = append(sum.Limits, *ls)
+	}
+	if pc := cfg.Pusher; pc != nil && rt.backend.caps != nil {
+		for _, app := range pc.Apps {
+			as := AppSummary{App: app.ID, Cap: rt.backend.caps.CapOf(app.ID)}
+			reports, truncated, err := inspectAll(ctx, lim, keycap.Inspection{Family: keycap.FamilyConn, Name: app.ID})
+			if err != nil {
+				problem("app "+app.ID, err)
+			}
+			as.Truncated = truncated
+			for _, rep := range reports {
+				as.Users++
+				as.Connections += rep.Held
+				k := keyOf(rep, show)
+				as.Busiest = append(as.Busiest, KeyUsage{Key: k, Held: rep.Held, Max: lim.Overridden(connLimit(app.ID, rep.Key, as.Cap)).Max()})
+			}
+			as.Busiest = busiest(as.Busiest)
+			sum.Apps = append(sum.Apps, as)
+		}
+	}
+	if ins, ok := rt.backend.store.(keycap.Inspector); ok {
+		for _, what := range []string{"pause", "pace"} {
+			page, err := ins.InspectPauses(ctx, keycap.PageQuery{Tag: keycap.TagOf(keycap.FamilyPause, what)})
+			if err != nil {
+				problem("pauses", err)
+				break
+			}
+			for _, p := range page.Pauses {
+				sum.Pauses = append(sum.Pauses, PauseSummary{ID: p.ID.String(), Pace: p.Pace, Left: p.Left.Seconds()})
+			}
+		}
+	}
+	if ovs, err := lim.Overrides(ctx); err == nil {
+		sum.Overrides = overrideViews(ovs)
+	} else if !errors.Is(err, keycap.ErrNoOverrider) {
+		problem("overrides", err)
+	}
+	return sum
+}
+
+// inspectAll reads up to summaryPages pages of a limit's pools.
+func inspectAll(ctx context.Context, lim *keycap.Limiter, in keycap.Inspection) ([]keycap.PoolReport, bool, error) {
+	var out []keycap.PoolReport
+	for range summaryPages {
+		rep, err := lim.Inspect(ctx, in)
+		if err != nil {
+			return out, false, err
+		}
+		out = append(out, rep.Pools...)
+		if rep.Next == "" {
+			return out, false, nil
+		}
+		in.Cursor = rep.Next
+	}
+	return out, true, nil
+}
+
+// usage is one key's line of a limit's summary: its max is the configured
+// one of the limit whose key source the key has, with its override.
+func (s *Server) usage(rt *router, pool string, shadow bool, rep keycap.PoolReport, show bool) KeyUsage {
+	u := KeyUsage{Key: keyOf(rep, show), Held: rep.Held, Max: -1, Waiting: len(rep.Waiting)}
+	if !rep.KeyShown {
+		return u
+	}
+	for _, r := range rt.cfg.Routes {
+		if r.Pool != pool {
+			continue
+		}
+		for _, l := range r.Limits {
+			src, _ := parseKey(l.Key)
+			if l.Shadow != shadow || !keyFrom(rep.Key, src) {
+				continue
+			}
+			opts := []keycap.LimitOption{}
+			if shadow {
+				opts = append(opts, keycap.WithShadow())
+			}
+			base, err := keycap.NewLimit(pool, rep.Key, *l.Max, opts...)
+			if err != nil {
+				return u
+			}
+			eff := rt.backend.limiter.Overridden(base)
+			u.Max, u.Overridden = eff.Max(), eff.Max() != base.Max()
+			return u
+		}
+	}
+	return u
+}
+
+// keyFrom reports whether key is one the source makes (keys.go).
+func keyFrom(key string, src keySource) bool {
+	if src.kind == "ip" {
+		return strings.HasPrefix(key, "ip:")
+	}
+	return strings.HasPrefix(key, src.String()+"=") || strings.HasPrefix(key, src.String()+" absent, ")
+}
+
+func connLimit(app, user string, cap int) keycap.Limit {
+	l, err := keycap.NewLimit(app, user, cap, keycap.WithFamily(keycap.FamilyConn))
+	if err != nil {
+		return keycap.Limit{}
+	}
+	return l
+}
+
+// keyOf is a pool's key as the admin API shows it.
+func keyOf(rep keycap.PoolReport, show bool) string {
+	if show && rep.KeyShown {
+		return rep.Key
+	}
+	return "#" + rep.Pool.String()
+}
+
+// busiest keeps the ten keys that hold the most, then wait the most.
+func busiest(us []KeyUsage) []KeyUsage {
+	slices.SortStableFunc(us, func(a, b KeyUsage) int {
+		if a.Held != b.Held {
+			return b.Held - a.Held
+		}
+		if a.Waiting != b.Waiting {
+			return b.Waiting - a.Waiting
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return us[:min(len(us), 10)]
+}
+
+func recentCount(rs []keycap.Refusal, now time.Time) int {
+	n := 0
+	for _, r := range rs {
+		if now.Sub(r.At) <= RefusalWindow {
+			n++
+		}
+	}
+	return n
+}
+
+func overrideViews(ovs []keycap.Override) []OverrideView {
+	out := make([]OverrideView, 0, len(ovs))
+	for _, o := range ovs {
+		v := OverrideView{Family: o.Family.String(), Name: o.Name, Key: o.Key, Share: o.Share, TTL: o.TTL.Seconds()}
+		if o.Max >= 0 {
+			m := o.Max
+			v.Max = &m
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b OverrideView) int {
+		return strings.Compare(a.Family+a.Name+"\x00"+a.Key, b.Family+b.Name+"\x00"+b.Key)
+	})
+	return out
+}
+
+func (s *Server) apiSummary(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	writeJSON(w, s.summary(ctx))
+}
+
+// PoolsPage is one page of GET /admin/api/pools.
+type PoolsPage struct {
+	Pools []PoolView `json:"pools"`
+	Next  string     `json:"next,omitempty"`
+}
+
+// PoolView is one pool with its holders and its line.
+type PoolView struct {
+	Key     string       `json:"key"`
+	Held    int          `json:"held"`
+	Holders []HolderView `json:"holders"`
+	Waiting []WaiterView `json:"waiting"`
+}
+
+// HolderView is one lease.
+type HolderView struct {
+	Owner   string  `json:"owner"`
+	Weight  int     `json:"weight"`
+	Age     float64 `json:"age_seconds"`
+	Expires float64 `json:"expires_in_seconds"`
+	Node    string  `json:"node,omitempty"`
+	Here    bool    `json:"here"`
+	Label   string  `json:"label,omitempty"` // the request's X-Request-Id, for this gateway's leases
+}
+
+// WaiterView is one ticket in a line.
+type WaiterView struct {
+	Owner   string  `json:"owner"`
+	Expires float64 `json:"expires_in_seconds"`
+}
+
+func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
+	rt := s.gw.router()
+	q := r.URL.Query()
+	in := keycap.Inspection{Cursor: q.Get("cursor"), Shadow: q.Get("shadow") == "true"}
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
+		in.Limit = min(n, 1000)
+	}
+	switch route, app := q.Get("route"), q.Get("app"); {
+	case route != "":
+		pool, ok := poolOf(rt.cfg, route)
+		if !ok {
+			adminError(w, http.StatusNotFound, fmt.Sprintf("no route %q", route))
+			return
+		}
+		in.Family, in.Name = keycap.FamilyApp, pool
+	case app != "" && hasApp(rt.cfg, app):
+		in.Family, in.Name = keycap.FamilyConn, app
+	default:
+		adminError(w, http.StatusBadRequest, "name a configured route (?route=) or Pusher app (?app=)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	rep, err := rt.backend.limiter.Inspect(ctx, in)
+	if err != nil {
+		adminError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	show := rt.cfg.AdminAPI.ShowKeys
+	page := PoolsPage{Next: rep.Next, Pools: []PoolView{}}
+	for _, p := range rep.Pools {
+		pv := PoolView{Key: keyOf(p, show), Held: p.Held, Holders: []HolderView{}, Waiting: []WaiterView{}}
+		for _, h := range p.Holders {
+			pv.Holders = append(pv.Holders, HolderView{Owner: h.Owner.String(), Weight: h.Weight, Age: h.Age.Seconds(),
+				Expires: h.Expires.Seconds(), Node: h.Node, Here: h.Here, Label: h.Label})
+		}
+		for _, wt := range p.Waiting {
+			pv.Waiting = append(pv.Waiting, WaiterView{Owner: wt.Owner.String(), Expires: wt.Expires.Seconds()})
+		}
+		page.Pools = append(page.Pools, pv)
+	}
+	writeJSON(w, page)
+}
+
+func poolOf(cfg *Config, route string) (string, bool) {
+	for _, r := range cfg.Routes {
+		if r.Name == route {
+			return r.Pool, true
+		}
+	}
+	return "", false
+}
+
+func hasApp(cfg *Config, app string) bool {
+	if cfg.Pusher == nil {
+		return false
+	}
+	for _, a := range cfg.Pusher.Apps {
+		if a.ID == app {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) apiOverrides(w http.ResponseWriter, r *http.Request) {
+	ovs, err := s.gw.router().backend.limiter.Overrides(r.Context())
+	if err != nil {
+		adminError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	writeJSON(w, overrideViews(ovs))
+}
+
+// OverrideRequest is the body of PUT /admin/api/overrides.
+type OverrideRequest struct {
+	Route string `json:"route"` // a route: its pool's key
+	App   string `json:"app"`   // or a Pusher app: a user's connections
+	Key   string `json:"key"`   // as the gateway builds it: header:X-User=alice, claim:sub=42, ip:203.0.113.7
+	Max   *int   `json:"max"`   // omitted: unchanged
+	Share int    `json:"share"` // 0: unchanged
+	TTL   string `json:"ttl"`   // "1h"; "": until reset
+}
+
+// maxOverrideBody bounds the body of an override request.
+const maxOverrideBody = 64 << 10
+
+func (s *Server) apiSetOverride(w http.ResponseWriter, r *http.Request) {
+	var req OverrideRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxOverrideBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		adminError(w, http.StatusBadRequest, "invalid override: "+err.Error())
+		return
+	}
+	o, err := s.overrideOf(req.Route, req.App, req.Key)
+	if err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	o.Max, o.Share = keycap.KeepMax, req.Share
+	if req.Max != nil {
+		o.Max = *req.Max
+	}
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil || d <= 0 {
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid ttl %q: a positive duration such as 30m or 2h", req.TTL))
+			return
+		}
+		o.TTL = d
+	}
+	if err := s.gw.router().backend.limiter.SetOverride(r.Context(), o); err != nil {
+		status := http.StatusBadGateway
+		var inv *keycap.InvalidLimitError
+		if errors.As(err, &inv) {
+			status = http.StatusBadRequest
+		}
+		adminError(w, status, err.Error())
+		return
+	}
+	s.log.Info("keycap: override set", "family", o.Family.String(), "name", o.Name, "max", o.Max, "share", o.Share, "ttl", o.TTL)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) apiResetOverride(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o, err := s.overrideOf(q.Get("route"), q.Get("app"), q.Get("key"))
+	if err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.gw.router().backend.limiter.ResetOverride(r.Context(), o.Family, o.Name, o.Key); err != nil {
+		adminError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	s.log.Info("keycap: override reset", "family", o.Family.String(), "name", o.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// overrideOf names the override of a route's or an app's key.
+func (s *Server) overrideOf(route, app, key string) (keycap.Override, error) {
+	cfg := s.gw.router().cfg
+	switch {
+	case (route == "") == (app == ""):
+		return keycap.Override{}, errors.New("name either a route or a Pusher app")
+	case route != "":
+		pool, ok := poolOf(cfg, route)
+		if !ok {
+			return keycap.Override{}, fmt.Errorf("no route %q", route)
+		}
+		return keycap.Override{Family: keycap.FamilyApp, Name: pool, Key: key}, nil
+	case !hasApp(cfg, app):
+		return keycap.Override{}, fmt.Errorf("no Pusher app %q", app)
+	}
+	return keycap.Override{Family: keycap.FamilyConn, Name: app, Key: key}, nil
+}
