@@ -1,5 +1,5 @@
--- keycap pgstore migration, version 3 (version 1, the wait lines, and weights
--- and parents).
+-- keycap pgstore migration, version 4 (version 1, the wait lines, weights and
+-- parents, and inspection and overrides).
 --
 -- Tables and functions live in schema public, named with prefix
 -- keycap_. Every function is one decision, atomic on its own: call it
@@ -606,4 +606,231 @@ BEGIN
 END
 $$;
 
-INSERT INTO "public"."keycap_migration" (version) VALUES (1), (2), (3) ON CONFLICT DO NOTHING;
+-- Inspection (version 4). A pool's ID starts with its limit name's 4-byte
+-- tag, so the pools of a name, and the keys of the parents of a name (stored
+-- after their parent's 16 bytes), are one range of each table's primary key.
+-- A parent's key is also found by its own tag: these partial indexes hold
+-- the keys' 16 bytes of the rows stored after a parent's, and nothing of the
+-- others' (a plain decision writes none of them).
+CREATE INDEX IF NOT EXISTS "keycap_lease_kid" ON "public"."keycap_lease" (substring(pool FROM 17 FOR 16)) WHERE length(pool) = 32;
+CREATE INDEX IF NOT EXISTS "keycap_ticket_kid" ON "public"."keycap_ticket" (substring(pool FROM 17 FOR 16)) WHERE length(pool) = 32;
+
+-- inspect: a page of at most n pools of tag after the pool after (NULL: the
+-- first page) that hold an unexpired lease or ticket, with their leases
+-- (kind 0) and their tickets (kind 1, in line order), each with its owner,
+-- weight and microseconds left by the database's clock; a parent's pool
+-- shows every key's, and each key its own under its pool. When more pools
+-- follow, a last row of kind 2 names the page's last pool: the cursor.
+-- The pools are walked one index probe each per source (a recursive skip
+-- over the primary keys and the keys' indexes), and only the page's pools'
+-- rows are read: a page never costs the tables. One statement, one
+-- snapshot. The settings pin the plans to those indexes even when the
+-- tables' statistics are missing or stale (autovacuum off, an UNLOGGED
+-- table emptied by a crash): each probe reads its index in order, never a
+-- bitmap of the range to sort, and the page's rows are looked up by pool,
+-- never by expiry (OFFSET 0 keeps the expiry check out of those scans).
+-- The cost that pinning adds (to the final sort, which every plan has)
+-- would have JIT compile the query: off; and the plan is made once per
+-- session, whatever the first calls' values (a generic plan).
+CREATE OR REPLACE FUNCTION "public"."keycap_inspect"(tag bytea, after bytea, n integer)
+RETURNS TABLE (pool bytea, kind smallint, owner bytea, weight integer, left_us bigint)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET jit = off SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    hi bytea := tag || '\xffffffffffffffffffffffff'::bytea; -- the tag's last pool ID
+    top bytea := hi || '\xffffffffffffffffffffffffffffffff'::bytea; -- and the last key of its last parent
+    -- The walk starts after own_from in the primary keys (the rows of a
+    -- pool, or of a parent and its keys, are up to its ID || ff..ff), and
+    -- after kid_from in the keys' indexes.
+    own_from bytea := coalesce(after || '\xffffffffffffffffffffffffffffffff'::bytea, tag);
+    kid_from bytea := coalesce(after, tag);
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE f AS MATERIALIZED (
+        -- Which of the four sources may hold anything of the tag from the
+        -- cursor on: the others are never probed (a name without lines or
+        -- parents costs one probe and one read per pool).
+        SELECT EXISTS (SELECT FROM "public"."keycap_ticket" t WHERE t.pool > own_from AND t.pool <= top) AS tickets,
+            EXISTS (SELECT FROM "public"."keycap_lease" l WHERE length(l.pool) = 32
+                AND substring(l.pool FROM 17 FOR 16) > kid_from AND substring(l.pool FROM 17 FOR 16) <= hi) AS kid_leases,
+            EXISTS (SELECT FROM "public"."keycap_ticket" t WHERE length(t.pool) = 32
+                AND substring(t.pool FROM 17 FOR 16) > kid_from AND substring(t.pool FROM 17 FOR 16) <= hi) AS kid_tickets
+    ), ids(id, i) AS (
+        -- The next pool after the last one found (id), or after the cursor
+        -- (i = 0): in the primary keys after the last row of the pool (or
+        -- parent) found, and in the keys' indexes after it.
+        SELECT NULL::bytea, 0
+        UNION ALL
+        SELECT least(
+            (SELECT substring(l.pool FROM 1 FOR 16) FROM "public"."keycap_lease" l
+                WHERE l.pool > CASE WHEN ids.i = 0 THEN own_from ELSE ids.id || '\xffffffffffffffffffffffffffffffff'::bytea END
+                    AND l.pool <= top AND l.expires_at > now_
+                ORDER BY l.pool LIMIT 1),
+            (SELECT substring(t.pool FROM 1 FOR 16) FROM "public"."keycap_ticket" t
+                WHERE f.tickets AND t.pool > CASE WHEN ids.i = 0 THEN own_from ELSE ids.id || '\xffffffffffffffffffffffffffffffff'::bytea END
+                    AND t.pool <= top AND t.expires_at > now_
+                ORDER BY t.pool LIMIT 1),
+            (SELECT substring(l.pool FROM 17 FOR 16) FROM "public"."keycap_lease" l
+                WHERE f.kid_leases AND length(l.pool) = 32
+                    AND substring(l.pool FROM 17 FOR 16) > CASE WHEN ids.i = 0 THEN kid_from ELSE ids.id END
+                    AND substring(l.pool FROM 17 FOR 16) <= hi AND l.expires_at > now_
+                ORDER BY substring(l.pool FROM 17 FOR 16) LIMIT 1),
+            (SELECT substring(t.pool FROM 17 FOR 16) FROM "public"."keycap_ticket" t
+                WHERE f.kid_tickets AND length(t.pool) = 32
+                    AND substring(t.pool FROM 17 FOR 16) > CASE WHEN ids.i = 0 THEN kid_from ELSE ids.id END
+                    AND substring(t.pool FROM 17 FOR 16) <= hi AND t.expires_at > now_
+                ORDER BY substring(t.pool FROM 17 FOR 16) LIMIT 1)
+        ), ids.i + 1
+        FROM ids CROSS JOIN f
+        WHERE ids.i <= n AND (ids.i = 0 OR ids.id IS NOT NULL)
+    ), page AS (
+        SELECT ids.id FROM ids WHERE ids.id IS NOT NULL AND ids.i BETWEEN 1 AND n
+    )
+    SELECT r.pool, r.kind, r.owner, r.weight, r.left_us FROM (
+        SELECT p.id AS pool, 0::smallint AS kind, l.owner, l.weight,
+            (extract(epoch FROM l.expires_at - now_) * 1000000)::bigint AS left_us, NULL::bigint AS arrival
+        FROM page p CROSS JOIN f CROSS JOIN LATERAL (
+            (SELECT l.owner, l.weight, l.expires_at FROM "public"."keycap_lease" l
+                WHERE l.pool >= p.id AND l.pool <= p.id || '\xffffffffffffffffffffffffffffffff'::bytea OFFSET 0)
+            UNION ALL
+            (SELECT l.owner, l.weight, l.expires_at FROM "public"."keycap_lease" l
+                WHERE f.kid_leases AND length(l.pool) = 32 AND substring(l.pool FROM 17 FOR 16) = p.id OFFSET 0)
+        ) l
+        WHERE l.expires_at > now_
+        UNION ALL
+        SELECT p.id, 1::smallint, t.owner, t.weight, (extract(epoch FROM t.expires_at - now_) * 1000000)::bigint, t.arrival
+        FROM page p CROSS JOIN f CROSS JOIN LATERAL (
+            (SELECT t.owner, t.weight, t.expires_at, t.arrival FROM "public"."keycap_ticket" t
+                WHERE f.tickets AND t.pool >= p.id AND t.pool <= p.id || '\xffffffffffffffffffffffffffffffff'::bytea OFFSET 0)
+            UNION ALL
+            (SELECT t.owner, t.weight, t.expires_at, t.arrival FROM "public"."keycap_ticket" t
+                WHERE f.kid_tickets AND length(t.pool) = 32 AND substring(t.pool FROM 17 FOR 16) = p.id OFFSET 0)
+        ) t
+        WHERE t.expires_at > now_
+        UNION ALL
+        SELECT ids.id, 2::smallint, NULL::bytea, 0, 0::bigint, NULL::bigint FROM ids
+        WHERE ids.i = n AND EXISTS (SELECT 1 FROM ids more WHERE more.i = n + 1 AND more.id IS NOT NULL)
+    ) r
+    ORDER BY r.pool, r.kind, r.arrival, r.owner;
+END
+$$;
+
+-- inspect_pauses: a page of at most n running pauses (pace false) and paces
+-- ahead of the clock (pace true: their theoretical arrival time is ahead)
+-- of tag, after the ID after (NULL: the first page), with the microseconds
+-- left; one more row than n when more follow. Each table is read in its
+-- primary key's order from the cursor, n + 1 live rows at most (the
+-- settings keep it so whatever the statistics, as inspect's do).
+CREATE OR REPLACE FUNCTION "public"."keycap_inspect_pauses"(tag bytea, after bytea, n integer)
+RETURNS TABLE (id bytea, pace boolean, left_us bigint)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET jit = off SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    lo bytea := coalesce(after, tag);
+    hi bytea := tag || '\xffffffffffffffffffffffff'::bytea;
+BEGIN
+    RETURN QUERY
+    SELECT x.id, x.pace, x.left_us FROM (
+        (SELECT p.id, false AS pace, (extract(epoch FROM p.until - now_) * 1000000)::bigint AS left_us
+            FROM "public"."keycap_pause" p WHERE p.id > lo AND p.id <= hi AND p.until > now_ ORDER BY p.id LIMIT n + 1)
+        UNION ALL
+        (SELECT r.id, true, (extract(epoch FROM r.tat - now_) * 1000000)::bigint
+            FROM "public"."keycap_rate" r WHERE r.id > lo AND r.id <= hi AND r.tat > now_ ORDER BY r.id LIMIT n + 1)
+    ) x
+    ORDER BY x.id, x.pace LIMIT n + 1;
+END
+$$;
+
+-- Overrides (version 4): one row per overridden pool, with the family, name
+-- and key in clear (bytea: a Go string may hold any byte, NUL included,
+-- which text refuses), max_ -1 to keep the limit's max, share_ 0 to keep its
+-- share, and expires_at NULL for an override that lasts until it is reset.
+-- Unlike the state above, they are configuration: logged tables, kept across
+-- a crash and sent to standbys. Their version is one row, bumped in the
+-- transaction of every change, so a reader's snapshot sees a version and
+-- the overrides of that version together.
+CREATE TABLE IF NOT EXISTS "public"."keycap_override" (
+    pool       bytea       PRIMARY KEY,
+    family     smallint    NOT NULL,
+    name       bytea       NOT NULL,
+    key        bytea       NOT NULL,
+    max_       integer     NOT NULL,
+    share_     integer     NOT NULL,
+    expires_at timestamptz
+);
+CREATE TABLE IF NOT EXISTS "public"."keycap_override_version" (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    version bigint  NOT NULL
+);
+INSERT INTO "public"."keycap_override_version" (one, version) VALUES (true, 0) ON CONFLICT DO NOTHING;
+
+-- set_override: store (or replace) the override of pool p, expiring after
+-- ttl_us microseconds (0: never), drop the expired ones, and bump the
+-- version. The version's row is locked first, by every change: changes
+-- run one at a time and never deadlock.
+CREATE OR REPLACE FUNCTION "public"."keycap_set_override"(p bytea, f smallint, nm bytea, k bytea, m integer, sh integer, ttl_us bigint)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    v bigint;
+BEGIN
+    UPDATE "public"."keycap_override_version" SET version = version + 1 RETURNING version INTO v;
+    DELETE FROM "public"."keycap_override" WHERE expires_at <= now_;
+    INSERT INTO "public"."keycap_override" (pool, family, name, key, max_, share_, expires_at)
+        VALUES (p, f, nm, k, m, sh, CASE WHEN ttl_us > 0 THEN now_ + ttl_us * interval '1 microsecond' END)
+        ON CONFLICT (pool) DO UPDATE SET family = excluded.family, name = excluded.name, key = excluded.key,
+            max_ = excluded.max_, share_ = excluded.share_, expires_at = excluded.expires_at;
+    RETURN v;
+END
+$$;
+
+-- delete_override: remove the override of pool p; bump the version if
+-- there was one.
+CREATE OR REPLACE FUNCTION "public"."keycap_delete_override"(p bytea) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v bigint;
+BEGIN
+    SELECT version INTO v FROM "public"."keycap_override_version" FOR UPDATE;
+    DELETE FROM "public"."keycap_override" WHERE pool = p;
+    IF FOUND THEN
+        UPDATE "public"."keycap_override_version" SET version = version + 1 RETURNING version INTO v;
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- overrides: the version, in a first row of NULL pool; then, unless the
+-- version is still since, every unexpired override with its microseconds
+-- left (0: none). One snapshot (STABLE) for both reads.
+CREATE OR REPLACE FUNCTION "public"."keycap_overrides"(since bigint)
+RETURNS TABLE (version bigint, pool bytea, family smallint, name bytea, key bytea, max_ integer, share_ integer, left_us bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    v bigint;
+BEGIN
+    SELECT ov.version INTO v FROM "public"."keycap_override_version" ov;
+    RETURN QUERY SELECT v, NULL::bytea, 0::smallint, NULL::bytea, NULL::bytea, 0, 0, 0::bigint;
+    IF v = since THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT v, o.pool, o.family, o.name, o.key, o.max_, o.share_,
+        coalesce((extract(epoch FROM o.expires_at - now_) * 1000000)::bigint, 0)
+    FROM "public"."keycap_override" o
+    WHERE o.expires_at IS NULL OR o.expires_at > now_;
+END
+$$;
+
+INSERT INTO "public"."keycap_migration" (version) VALUES (1), (2), (3), (4) ON CONFLICT DO NOTHING;

@@ -1,4 +1,4 @@
-// Package pgstore keeps keycap's leases, marks, pauses and paces in
+// Package pgstore keeps keycap's leases, marks, pauses, paces and overrides in
 // PostgreSQL, for teams that run River (or anything else) on PostgreSQL and
 // have no Redis. It passes the same conformance suite as memstore and
 // redisstore.
@@ -15,6 +15,23 @@
 // table, and the queue, fill and release functions), and are told of their
 // handoff by NOTIFY on the channel <schema>_<prefix>wake (keycap.Notifier):
 // the store holds one connection of the pool, LISTENing, while anyone waits.
+//
+// # Inspection and overrides
+//
+// The store is a keycap.Inspector: InspectPools and InspectPauses return a
+// page of a limit name's pools (their holders and wait lines) or of its
+// pauses and paces, in one round trip each. A pool's ID starts with its
+// name's tag, so a page is a range of the tables' primary keys, walked one
+// index probe per pool from the cursor (the last pool shown): a page costs
+// its own pools' rows, however many other pools the tables hold. A
+// parent's pool lists every key's leases; each key lists its own under its
+// pool (found by an index on the keys of parents).
+//
+// It is a keycap.Overrider too: overrides (keycap.Override) live in a logged
+// table of their own, kept across a crash and sent to standbys, and their
+// version in a one-row table that every change bumps in its transaction.
+// Setting, removing and reading them are one round trip each; a read when
+// nothing changed reads the version's row alone.
 //
 // # Connections of its own
 //
@@ -60,7 +77,7 @@ var migrationTmpl string
 var migration = template.Must(template.New("migration").Parse(migrationTmpl))
 
 // Version is the version of the schema this package installs.
-const Version = 3
+const Version = 4
 
 // Defaults.
 const (
@@ -214,6 +231,12 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		"wtake":   "SELECT granted, ahead FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
 		"ptake":   "SELECT granted, ahead FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
 		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4, $5, $6, $7)",
+
+		"inspect":         "SELECT pool, kind, owner, weight, left_us FROM " + n.F("inspect") + "($1, $2, $3)",
+		"inspect_pauses":  "SELECT id, pace, left_us FROM " + n.F("inspect_pauses") + "($1, $2, $3)",
+		"set_override":    "SELECT " + n.F("set_override") + "($1, $2, $3, $4, $5, $6, $7)",
+		"delete_override": "SELECT " + n.F("delete_override") + "($1)",
+		"overrides":       "SELECT version, pool, family, name, key, max_, share_, left_us FROM " + n.F("overrides") + "($1)",
 	}}
 	return s, nil
 }
@@ -392,7 +415,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 // queries.
 func (s *Store) Tables() []string {
 	var out []string
-	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket"} {
+	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket", "override", "override_version"} {
 		out = append(out, strings.Trim(s.names.T(t), " "))
 	}
 	return out
