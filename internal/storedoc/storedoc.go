@@ -31,6 +31,8 @@ var interfaces = map[string]func(keycap.Store) bool{
 	"Liner":       func(s keycap.Store) bool { _, ok := s.(keycap.Liner); return ok },
 	"Notifier":    func(s keycap.Store) bool { _, ok := s.(keycap.Notifier); return ok },
 	"Sharer":      func(s keycap.Store) bool { _, ok := s.(keycap.Sharer); return ok },
+	"Inspector":   func(s keycap.Store) bool { _, ok := s.(keycap.Inspector); return ok },
+	"Overrider":   func(s keycap.Store) bool { _, ok := s.(keycap.Overrider); return ok },
 }
 
 var implementedBy = regexp.MustCompile(`Implemented by ([a-z, ]+?)(?:;|\.)`)
