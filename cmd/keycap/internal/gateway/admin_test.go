@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keycap/keycap/cmd/keycap/internal/gateway"
+	"github.com/keycap/keycap/internal/pusherserver"
 	"github.com/keycap/keycap/internal/testkit"
 )
 
@@ -298,5 +300,74 @@ func TestAdminConfigProblems(t *testing.T) {
 	cfg, err := gateway.ParseConfig("k.yaml", []byte("upstream: http://127.0.0.1:1\n"))
 	if err != nil || cfg.AdminAPI.Token != testToken {
 		t.Fatalf("token from the environment: %q, %v", cfg.AdminAPI.Token, err)
+	}
+}
+
+// TestAdminConnectionsAndTheCommandLine: the summary counts a Pusher app's
+// connections per user across the store, and keycap override and keycap
+// inspect drive the admin API: an override of a user's connection cap
+// refuses their next connection.
+func TestAdminConnectionsAndTheCommandLine(t *testing.T) {
+	t.Parallel()
+	pusher := httptest.NewServer(pusherserver.New(nil, testApp))
+	defer pusher.Close()
+	g := startGateway(t, fmt.Sprintf(`upstream: %s
+admin_api: {token: %s, show_keys: true}
+routes: [{name: api, path: /api/, limits: [{max: 2, key: "header:X-User"}]}]
+pusher:
+  upstream: %s
+  default_cap: 3
+  apps: [{id: "1", key: app-key, secret: app-secret}]
+`, pusher.URL, testToken, pusher.URL))
+	ws := "ws" + strings.TrimPrefix(g.proxy, "http") + "/app/app-key"
+	for _, user := range []string{"alice", "alice", "bob"} {
+		c, _, err := dialPusher(t, ws, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := c.joinPresence(t, user); ev.Event != "pusher_internal:subscription_succeeded" {
+			t.Fatalf("%s joins: %+v", user, ev)
+		}
+	}
+	var app gateway.AppSummary
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s := summaryOf(t, g)
+		if len(s.Apps) != 1 {
+			t.Fatalf("apps %+v, want the one app", s.Apps)
+		}
+		if app = s.Apps[0]; app.Connections == 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if app.App != "1" || app.Cap != 3 || app.Users != 2 || app.Connections != 3 || app.Busiest[0].Key != "alice" || app.Busiest[0].Held != 2 {
+		t.Fatalf("app %+v, want 3 connections of 2 users, alice holding 2 of 3", app)
+	}
+
+	admin := []string{"-admin", g.admin, "-token", testToken}
+	out, err := runBinary(t, append([]string{"override", "set", "-app", "1", "-key", "alice", "-max", "2", "-ttl", "1h"}, admin...)...)
+	if err != nil || !strings.Contains(out, "override set") {
+		t.Fatalf("keycap override set: %v\n%s", err, out)
+	}
+	c, _, err := dialPusher(t, ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := c.joinPresence(t, "alice"); ev.Event == "pusher_internal:subscription_succeeded" {
+		t.Fatalf("alice's third connection joined under an override of 2: %+v", ev)
+	}
+	out, err = runBinary(t, append([]string{"override", "list"}, admin...)...)
+	if err != nil || !strings.Contains(out, `conn    1     "alice"  2`) {
+		t.Fatalf("keycap override list: %v\n%s", err, out)
+	}
+	out, err = runBinary(t, append([]string{"inspect"}, admin...)...)
+	if err != nil || !strings.Contains(out, "api") || !regexp.MustCompile(`(?m)^1\s+3\s+2\s+3$`).MatchString(out) {
+		t.Fatalf("keycap inspect: %v\n%s", err, out)
+	}
+	out, err = runBinary(t, append([]string{"override", "reset", "-app", "1", "-key", "alice"}, admin...)...)
+	if err != nil || !strings.Contains(out, "reset") {
+		t.Fatalf("keycap override reset: %v\n%s", err, out)
+	}
+	if out, err := runBinary(t, "override", "list", "-admin", g.admin, "-token", "wrong-token-000000"); err == nil || !strings.Contains(out, "bearer token") {
+		t.Fatalf("a wrong token: %v\n%s", err, out)
 	}
 }
