@@ -26,7 +26,8 @@ func (l *Limiter) hasShadow(limits []Limit) bool {
 // are acquired as usual; the shadow slots are given back at once when the
 // enforced limits refuse, and released with the lease otherwise.
 func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Parking, limits []Limit) (*Lease, error) {
-	var enforced, shadows []Limit
+	var eb, sb [4]Limit // the common case, without an allocation
+	enforced, shadows := eb[:0], sb[:0]
 	for _, lim := range limits {
 		if l.shadowAll && !lim.shadow {
 			lim.makeShadow()

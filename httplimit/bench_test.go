@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +17,8 @@ import (
 
 var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })
 
-func benchLimiters(b *testing.B, store keycap.Store) *httplimit.Limiters {
-	l, err := keycap.NewLimiter(store)
+func benchLimiters(b *testing.B, store keycap.Store, opts ...keycap.Option) *httplimit.Limiters {
+	l, err := keycap.NewLimiter(store, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,6 +31,14 @@ func benchLimiters(b *testing.B, store keycap.Store) *httplimit.Limiters {
 	// refusals.
 	_ = ls.For("api", func(r *http.Request) httplimit.Rule {
 		return httplimit.Max(1000).By(r.Header.Get("X-User"))
+	})
+	// The same beside a second limit, enforced or shadow: what a shadow
+	// candidate costs against another limit.
+	_ = ls.For("two", func(r *http.Request) httplimit.Rule {
+		return httplimit.All(httplimit.Max(1000).By(r.Header.Get("X-User")), httplimit.Max(1000).By("tenant"))
+	})
+	_ = ls.For("shadow", func(r *http.Request) httplimit.Rule {
+		return httplimit.All(httplimit.Max(1000).By(r.Header.Get("X-User")), httplimit.Max(1).By("tenant").Shadow())
 	})
 	return ls
 }
@@ -63,12 +72,31 @@ func BenchmarkThroughput(b *testing.B) {
 // network: what it adds to each request.
 func BenchmarkOverhead(b *testing.B) {
 	ls := benchLimiters(b, memstore.New())
+	// See and steer: inspection on, overrides read (none set, and 1,000
+	// set for other keys).
+	steered := benchLimiters(b, memstore.New(), keycap.WithInspection(keycap.InspectOptions{}), keycap.WithOverrides(time.Hour))
+	overridden := memstore.New()
+	ol, err := keycap.NewLimiter(overridden, keycap.WithOverrides(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ol.Close()
+	for i := range 1000 {
+		if err := ol.SetOverride(context.Background(), keycap.Override{Name: "api", Key: fmt.Sprint("other:", i), Max: 5}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	many := benchLimiters(b, overridden, keycap.WithOverrides(time.Hour))
 	for _, h := range []struct {
 		name string
 		h    http.Handler
 	}{
 		{"bare", hello},
 		{"memstore", ls.Must("api")(hello)},
+		{"memstore-inspection-overrides", steered.Must("api")(hello)},
+		{"memstore-1000-overrides", many.Must("api")(hello)},
+		{"memstore-two-limits", ls.Must("two")(hello)},
+		{"memstore-with-shadow", ls.Must("shadow")(hello)},
 	} {
 		b.Run(h.name, func(b *testing.B) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
