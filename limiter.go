@@ -207,7 +207,7 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 		return nil, err
 	}
 	if l.ov != nil {
-		limits = l.ov.apply(limits, l.now())
+		limits = l.ov.apply(limits)
 	}
 	if l.hasShadow(limits) {
 		return l.acquireShadowed(ctx, member, park, limits)

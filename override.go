@@ -172,7 +172,7 @@ func (v *override) load(ctx context.Context) error {
 
 // apply returns limits with the overrides in force applied: limits itself
 // when none applies, else a copy.
-func (v *override) apply(limits []Limit, now time.Duration) []Limit {
+func (v *override) apply(limits []Limit) []Limit {
 	set := v.set.Load()
 	if set == nil || len(set.m) == 0 {
 		return limits
@@ -180,7 +180,7 @@ func (v *override) apply(limits []Limit, now time.Duration) []Limit {
 	copied := false
 	for i := range limits {
 		e, ok := set.m[limits[i].pool]
-		if !ok || (e.until != 0 && now >= e.until) {
+		if !ok || (e.until != 0 && v.l.now() >= e.until) { // the clock read only for a match
 			continue
 		}
 		if !copied {
@@ -213,7 +213,7 @@ func (l *Limiter) Overridden(lim Limit) Limit {
 	if l.ov == nil {
 		return lim
 	}
-	return l.ov.apply([]Limit{lim}, l.now())[0]
+	return l.ov.apply([]Limit{lim})[0]
 }
 
 // check validates an override for the store.
