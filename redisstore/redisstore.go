@@ -23,6 +23,17 @@
 // sharded channel keycap:wake:{…} (keycap.Notifier; Redis 7 or later, else
 // waiters poll).
 //
+// A pool's digits start with the 8 of its limit name's tag (keycap.Tag),
+// so the keys of a name's pools share a prefix, keycap:slots:{<tag>…, and
+// inspection (keycap.Inspector) finds them with SCAN and its MATCH (which
+// takes in their lines and the parents' keys), on every master of a
+// cluster in turn, never with KEYS: a page costs at most 256 SCANs of at
+// most 250 keys, whatever the size of the keyspace, and the scripts that
+// read what they found touch one pool's slot each. Overrides
+// (keycap.Overrider) are one hash, keycap:overrides:{o}, of pool →
+// override, and their version, keycap:overrides:{o}:v, on one slot
+// (OverrideKeys).
+//
 // Every call is bounded by its context's deadline — the Limiter's decision
 // budget, when it is one — so the client must have ContextTimeoutEnabled: New
 // refuses a *redis.Client, *redis.ClusterClient or *redis.Ring without it, since go-redis
@@ -570,7 +581,7 @@ func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (t
 // loadScripts loads every script on every node (go-redis's ClusterClient
 // sends SCRIPT LOAD to each master).
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript} {
+	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript, inspectScript, overridesScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

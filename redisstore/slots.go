@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -83,10 +84,27 @@ func (r *slotRanges) refresh(c *redis.ClusterClient) {
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	_, _ = r.fetch(ctx, c)
+}
+
+// list returns the ranges, sorted by their first slot: the cached ones, or,
+// while none are known, those of one CLUSTER SLOTS.
+func (r *slotRanges) list(ctx context.Context, c *redis.ClusterClient) ([]slotRange, error) {
+	if p := r.ranges.Load(); p != nil {
+		return *p, nil
+	}
+	return r.fetch(ctx, c)
+}
+
+// fetch reads the ranges with one CLUSTER SLOTS and caches them.
+func (r *slotRanges) fetch(ctx context.Context, c *redis.ClusterClient) ([]slotRange, error) {
 	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; redisstore supports 6.2 and later
 	slots, err := c.ClusterSlots(ctx).Result()
-	if err != nil || len(slots) == 0 {
-		return
+	if err != nil {
+		return nil, err
+	}
+	if len(slots) == 0 {
+		return nil, errors.New("CLUSTER SLOTS: no slot is served")
 	}
 	rs := make([]slotRange, len(slots))
 	for i, s := range slots {
@@ -94,4 +112,25 @@ func (r *slotRanges) refresh(c *redis.ClusterClient) {
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
 	r.ranges.Store(&rs)
+	return rs, nil
+}
+
+// slotKeys caches keyInSlot's keys, by slot.
+var slotKeys sync.Map
+
+// keyInSlot returns a key of the given slot, for MasterForKey: one of
+// two bytes, as the CRC16 of two bytes takes every value once. It is never
+// sent to Redis.
+func keyInSlot(slot int) string {
+	if k, ok := slotKeys.Load(slot); ok {
+		return k.(string)
+	}
+	for x := range 1 << 16 {
+		k := [2]byte{byte(x >> 8), byte(x)}
+		if int(crc16(k[:])%16384) == slot {
+			slotKeys.Store(slot, string(k[:]))
+			return string(k[:])
+		}
+	}
+	return "" // unreachable: every slot has four such keys
 }
