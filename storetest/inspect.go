@@ -228,22 +228,38 @@ func testInspectPauses(t *testing.T, open func() keycap.Store) {
 		t.Fatalf("Pace: %s, %v", d, err)
 	}
 	time.Sleep(50 * time.Millisecond) // the short pause ends
-	page, err := inspector(open()).InspectPauses(ctx(t), keycap.PageQuery{Tag: pauseID("").Tag()})
-	if err != nil {
-		t.Fatalf("InspectPauses: %v", err)
+	pauses := allPauses(t, open(), pauseID("").Tag())
+	if len(pauses) != 1 || pauses[0].ID != pauseID("billing") || pauses[0].Pace {
+		t.Fatalf("pauses %+v, want the running pause of billing only", pauses)
 	}
-	if len(page.Pauses) != 1 || page.Pauses[0].ID != pauseID("billing") || page.Pauses[0].Pace {
-		t.Fatalf("pauses %+v, want the running pause of billing only", page.Pauses)
-	}
-	if left := page.Pauses[0].Left; left <= 0 || left > time.Minute {
+	if left := pauses[0].Left; left <= 0 || left > time.Minute {
 		t.Fatalf("pause left %s, want within 1m", left)
 	}
-	page, err = inspector(s).InspectPauses(ctx(t), keycap.PageQuery{Tag: paceID.Tag()})
-	if err != nil {
-		t.Fatalf("InspectPauses: %v", err)
+	paces := allPauses(t, s, paceID.Tag())
+	if len(paces) != 1 || paces[0].ID != paceID || !paces[0].Pace || paces[0].Left <= 0 {
+		t.Fatalf("paces %+v, want the pace of mail, ahead of the clock", paces)
 	}
-	if len(page.Pauses) != 1 || page.Pauses[0].ID != paceID || !page.Pauses[0].Pace || page.Pauses[0].Left <= 0 {
-		t.Fatalf("paces %+v, want the pace of mail, ahead of the clock", page.Pauses)
+}
+
+// allPauses reads every page of tag's pauses and paces: a store may return
+// a page with fewer than asked, even none, before the last.
+func allPauses(t *testing.T, s keycap.Store, tag keycap.Tag) []keycap.PauseState {
+	t.Helper()
+	var out []keycap.PauseState
+	q := keycap.PageQuery{Tag: tag}
+	for pages := 1; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("paging did not end after 1000 pages")
+		}
+		page, err := inspector(s).InspectPauses(ctx(t), q)
+		if err != nil {
+			t.Fatalf("InspectPauses: %v", err)
+		}
+		out = append(out, page.Pauses...)
+		if page.Next == "" {
+			return out
+		}
+		q.Cursor = page.Next
 	}
 }
 
@@ -278,10 +294,7 @@ func testInspectLimiter(t *testing.T, open func() keycap.Store) {
 		t.Fatalf("third Acquire of max 2: %v", err)
 	}
 
-	ra, err := la.Inspect(ctx(t), keycap.Inspection{Name: "storetest-report"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ra := report(t, la, "storetest-report")
 	if len(ra.Pools) != 1 || ra.Pools[0].Pool != lim.Pool() || ra.Pools[0].Held != 2 || len(ra.Pools[0].Holders) != 2 {
 		t.Fatalf("report %+v, want one pool of 2 holders", ra.Pools)
 	}
@@ -296,10 +309,7 @@ func testInspectLimiter(t *testing.T, open func() keycap.Store) {
 	if theirs.Here || theirs.Label != "" || theirs.Node != keycap.NodeTag("node-b").String() || theirs.Age < 0 || theirs.Age > time.Minute {
 		t.Fatalf("other holder %+v, want node-b's tag and an age from the stamp", theirs)
 	}
-	rb, err := lb.Inspect(ctx(t), keycap.Inspection{Name: "storetest-report"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rb := report(t, lb, "storetest-report")
 	if rb.Pools[0].KeyShown || rb.Pools[0].Key != "" {
 		t.Fatalf("node b shows the key %q: it did not opt in", rb.Pools[0].Key)
 	}
@@ -308,6 +318,33 @@ func testInspectLimiter(t *testing.T, open func() keycap.Store) {
 	}
 	if len(ra.Refusals) != 0 {
 		t.Fatalf("node a reports refusals it did not make: %+v", ra.Refusals)
+	}
+}
+
+// report reads every page of a Limiter's report of name: a store may return
+// a page with fewer pools than asked, even none, before the last.
+func report(t *testing.T, l *keycap.Limiter, name string) *keycap.Report {
+	t.Helper()
+	var all *keycap.Report
+	q := keycap.Inspection{Name: name}
+	for pages := 1; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("paging did not end after 1000 pages")
+		}
+		r, err := l.Inspect(ctx(t), q)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+		if all == nil {
+			all = r
+		} else {
+			all.Pools = append(all.Pools, r.Pools...)
+		}
+		if r.Next == "" {
+			all.Next = ""
+			return all
+		}
+		q.Cursor = r.Next
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keycap/keycap"
@@ -167,6 +168,38 @@ type OverrideView struct {
 
 // RefusalWindow is how far back a summary counts refusals.
 const RefusalWindow = 10 * time.Second
+
+// SummaryEvery is how often, at most, the gateway reads the figures of the
+// admin page from the store, however many people look: each reading pages
+// through every limit's pools (on Redis, a SCAN of their keys).
+const SummaryEvery = time.Second
+
+// summaryCache holds the last summary. Its lock is held while one is
+// computed, so that viewers arriving meanwhile wait for it and share it.
+type summaryCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	sum Summary
+}
+
+// cachedSummary returns a summary at most SummaryEvery old.
+func (s *Server) cachedSummary(ctx context.Context) Summary {
+	c := &s.summaries
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < SummaryEvery {
+		return c.sum
+	}
+	c.sum, c.at = s.summary(ctx), time.Now()
+	return c.sum
+}
+
+// forgetSummary drops the cached summary: an override changed what it shows.
+func (s *Server) forgetSummary() {
+	s.summaries.mu.Lock()
+	s.summaries.at = time.Time{}
+	s.summaries.mu.Unlock()
+}
 
 // summary reads the figures of the page.
 func (s *Server) summary(ctx context.Context) Summary {
@@ -375,7 +408,7 @@ func overrideViews(ovs []keycap.Override) []OverrideView {
 func (s *Server) apiSummary(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	writeJSON(w, s.summary(ctx))
+	writeJSON(w, s.cachedSummary(ctx))
 }
 
 // PoolsPage is one page of GET /admin/api/pools.
@@ -530,6 +563,7 @@ func (s *Server) apiSetOverride(w http.ResponseWriter, r *http.Request) {
 		adminError(w, status, err.Error())
 		return
 	}
+	s.forgetSummary()
 	s.log.Info("keycap: override set", "family", o.Family.String(), "name", o.Name, "max", o.Max, "share", o.Share, "ttl", o.TTL)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -545,6 +579,7 @@ func (s *Server) apiResetOverride(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadGateway, err.Error())
 		return
 	}
+	s.forgetSummary()
 	s.log.Info("keycap: override reset", "family", o.Family.String(), "name", o.Name)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -121,7 +121,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	data := struct {
 		S       Summary
 		Refresh int
-	}{s.summary(ctx), int(PageRefresh / time.Second)}
+	}{s.cachedSummary(ctx), int(PageRefresh / time.Second)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
 	if err := pageTemplate.Execute(w, data); err != nil {

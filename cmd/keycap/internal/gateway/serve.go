@@ -27,6 +27,8 @@ type Server struct {
 	cfg     *Config
 	servers []*http.Server
 	wg      sync.WaitGroup
+
+	summaries summaryCache // the admin page's figures, computed at most once per SummaryEvery
 }
 
 // NewLogger returns the slog logger a configuration asks for, on stderr.
