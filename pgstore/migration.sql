@@ -74,10 +74,12 @@ ALTER TABLE "public"."keycap_ticket" ADD COLUMN IF NOT EXISTS min_ integer NOT N
 ALTER TABLE "public"."keycap_ticket" ADD COLUMN IF NOT EXISTS parent_max integer;
 
 -- The pool's lock: transaction-scoped, in keycap's own advisory-lock class,
--- so it never meets the application's locks.
+-- so it never meets the application's locks. It is keyed by the ID's last
+-- four bytes: the first four are the limit name's tag (version 4), the same
+-- for every key of a name.
 CREATE OR REPLACE FUNCTION "public"."keycap_lock"(p bytea) RETURNS void
 LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(1262830445, ('x' || encode(substring(p FROM 1 FOR 4), 'hex'))::bit(32)::integer);
+    SELECT pg_advisory_xact_lock(1262830445, ('x' || encode(substring(p FROM 13 FOR 4), 'hex'))::bit(32)::integer);
 $$;
 
 -- sweep: a bounded clean-up of expired rows of every table, run by about

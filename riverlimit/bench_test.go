@@ -32,7 +32,10 @@ func (noopArgs) Kind() string { return "noop" }
 // as a job waiting on I/O does.
 func BenchmarkJobs(b *testing.B) {
 	for _, work := range []time.Duration{0, 5 * time.Millisecond} {
-		for _, store := range []string{"memstore", "redis"} {
+		// memstore-steered: inspection (jobs labelled) and overrides on;
+		// memstore-shadow: the rule a shadow rule (decided, never holding a
+		// job back).
+		for _, store := range []string{"memstore", "memstore-steered", "memstore-shadow", "redis"} {
 			b.Run(fmt.Sprintf("work=%s/store=%s", work, store), func(b *testing.B) { benchJobs(b, store, work) })
 		}
 	}
@@ -66,12 +69,21 @@ func benchJobs(b *testing.B, store string, work time.Duration) {
 		b.Cleanup(func() { _ = c.Stop(context.Background()) })
 		return c
 	}
-	jobs := newJobsTB(b, prefix)
-	if store == "memstore" {
+	var jobs *joblimit.Limiter
+	rule := joblimit.MustRule("bench", 10_000)
+	switch store {
+	case "redis":
+		jobs = newJobsTB(b, prefix)
+	case "memstore":
 		jobs = memJobs(b)
+	case "memstore-steered":
+		jobs = memJobs(b, keycap.WithInspection(keycap.InspectOptions{}), keycap.WithOverrides(time.Second))
+	case "memstore-shadow":
+		jobs = memJobs(b)
+		rule = joblimit.MustRule("bench", 10_000, joblimit.WithShadow())
 	}
 	room := riverlimit.Middleware(jobs, func(*rivertype.JobRow) (joblimit.Rule, bool) {
-		return joblimit.MustRule("bench", 10_000), true
+		return rule, true
 	})
 	bare := start("bare", nil)
 	start("limited", []rivertype.Middleware{room})
@@ -109,8 +121,8 @@ func benchJobs(b *testing.B, store string, work time.Duration) {
 	b.ReportMetric(float64(b.N)/bareTime.Seconds(), "bare-jobs/s")
 }
 
-func memJobs(b *testing.B) *joblimit.Limiter {
-	l, err := keycap.NewLimiter(memstore.New())
+func memJobs(b *testing.B, opts ...keycap.Option) *joblimit.Limiter {
+	l, err := keycap.NewLimiter(memstore.New(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

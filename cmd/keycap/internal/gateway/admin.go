@@ -52,12 +52,6 @@ func (s *Server) token() string {
 	return s.cfg.AdminAPI.Token
 }
 
-func (s *Server) config() *Config {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cfg
-}
-
 // authorized serves h to requests that carry the token: as a bearer token,
 // or, for the page (cookie), in the cookie the login sets. Without a token
 // configured, the admin API does not exist (404).
