@@ -370,3 +370,28 @@ func TestParentSharedByCustomers(t *testing.T) {
 		t.Fatalf("a job of weight 2 with the total free: %v %v", ran, err)
 	}
 }
+
+// TestShadowRuleNeverHoldsAJobBack: a shadow rule over its cap runs the job
+// anyway, on the parking path too (a job that can be woken), and reports
+// the refusal it would have made.
+func TestShadowRuleNeverHoldsAJobBack(t *testing.T) {
+	t.Parallel()
+	jl, rec := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("calendar:7", 1, joblimit.WithShadow())
+	wakeable := jobtype.Job{Kind: "SyncCalendar", ID: "2", Wake: func(context.Context) error { return nil }}
+	release := hold(t, jl, rule, job)
+	defer release()
+	for _, j := range []jobtype.Job{wakeable, {Kind: "SyncCalendar", ID: "3"}} {
+		if ran, err := run(jl, rule, j); !ran || err != nil {
+			t.Fatalf("job %s under a full shadow rule: ran %v, %v", j.ID, ran, err)
+		}
+	}
+	if n := rec.Count(keycap.LimitExceeded, ""); n != 2 {
+		t.Fatalf("%d refusals reported, want the 2 the rule would have made", n)
+	}
+	for _, e := range rec.Events() {
+		if e.Kind == keycap.LimitExceeded && !e.Limit.Shadow() {
+			t.Fatalf("a refusal of an enforced limit: %+v", e)
+		}
+	}
+}
