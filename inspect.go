@@ -122,7 +122,7 @@ func WithInspection(o InspectOptions) Option {
 		if n <= 0 {
 			n = 256
 		}
-		l.inspect = &ledger{keys: o.ShowKeys, ring: make([]Refusal, n)}
+		l.inspect = &ledger{keys: o.ShowKeys, ring: make([]Refusal, n), rates: map[rateKey]*rateWindow{}}
 	}}
 }
 
@@ -146,6 +146,45 @@ type ledger struct {
 	ring  []Refusal
 	next  int   // where the next refusal goes in ring
 	total int64 // refusals ever seen
+	rates map[rateKey]*rateWindow
+}
+
+// RefusalWindow is how far back a report's refusal rate looks.
+const RefusalWindow = 10 * time.Second
+
+// maxRates bounds the limits whose refusal rates a ledger keeps: limit names
+// come from code and configuration, but a ledger must not grow without end.
+const maxRates = 10000
+
+type rateKey struct {
+	family Family
+	shadow bool
+	name   string
+}
+
+// rateWindow counts refusals in one-second buckets over RefusalWindow.
+type rateWindow struct {
+	sec   [10]int64 // the Unix second each bucket counts
+	count [10]int64
+}
+
+func (w *rateWindow) add(now int64) {
+	i := now % int64(len(w.sec))
+	if w.sec[i] != now {
+		w.sec[i], w.count[i] = now, 0
+	}
+	w.count[i]++
+}
+
+// perSecond returns the refusals per second over the window before now.
+func (w *rateWindow) perSecond(now int64) float64 {
+	var n int64
+	for i := range w.sec {
+		if now-w.sec[i] < int64(len(w.sec)) {
+			n += w.count[i]
+		}
+	}
+	return float64(n) / float64(len(w.sec))
 }
 
 // Refusal is one refusal a Limiter made.
@@ -164,11 +203,30 @@ func (g *ledger) refused(lim Limit, waited time.Duration) {
 	if g.keys {
 		r.Key = lim.key
 	}
+	k := rateKey{lim.family, lim.shadow, lim.name}
 	g.mu.Lock()
 	g.ring[g.next] = r
 	g.next = (g.next + 1) % len(g.ring)
 	g.total++
+	w := g.rates[k]
+	if w == nil && len(g.rates) < maxRates {
+		w = &rateWindow{}
+		g.rates[k] = w
+	}
+	if w != nil {
+		w.add(r.At.Unix())
+	}
 	g.mu.Unlock()
+}
+
+// rate returns the refusals per second of (f, name) over RefusalWindow.
+func (g *ledger) rate(f Family, name string, shadow bool) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w := g.rates[rateKey{f, shadow, name}]; w != nil {
+		return w.perSecond(time.Now().Unix())
+	}
+	return 0
 }
 
 // recent returns the remembered refusals of (f, name), newest first, and
@@ -213,6 +271,9 @@ func (l *Limiter) initOwners() {
 	l.ownerSeq.Store(rand.Uint64())
 }
 
+// ownerForTag starts every OwnerFor token: such an owner carries no stamp.
+var ownerForTag = TagOf(familyInternal, "owner")
+
 // NodeTag returns the tag that the owners of a node's leases start with.
 func NodeTag(node string) Tag { return TagOf(familyInternal, "node:"+node) }
 
@@ -221,7 +282,7 @@ func NodeTag(node string) Tag { return TagOf(familyInternal, "node:"+node) }
 // an owner that carries no stamp (a job's or a member's, whose token is a
 // hash), as far as the stamp's marker can tell.
 func (o Owner) Stamp() (node Tag, at time.Time, ok bool) {
-	if o[10] != 'k' {
+	if o[10] != 'k' || Tag(o[:4]) == ownerForTag {
 		return Tag{}, time.Time{}, false
 	}
 	ms := int64(o[4])<<40 | int64(o[5])<<32 | int64(o[6])<<24 | int64(o[7])<<16 | int64(o[8])<<8 | int64(o[9])
@@ -241,11 +302,14 @@ type Inspection struct {
 type Report struct {
 	Pools []PoolReport
 	Next  string // the cursor of the next page; "" when this one is the last
-	// The Limiter's own recent refusals of the limit, newest first, and its
-	// count of all refusals (of every limit) since it started; with
-	// WithInspection only.
-	Refusals      []Refusal
-	RefusalsTotal int64
+	// The Limiter's own recent refusals of the limit, newest first (the
+	// last of every limit's, InspectOptions.Refusals of them), its count of
+	// all refusals (of every limit) since it started, and the limit's
+	// refusals per second over the last RefusalWindow; with WithInspection
+	// only.
+	Refusals          []Refusal
+	RefusalsTotal     int64
+	RefusalsPerSecond float64
 }
 
 // PoolReport is one pool of a report.
@@ -321,6 +385,7 @@ func (l *Limiter) Inspect(ctx context.Context, q Inspection) (*Report, error) {
 	}
 	if l.inspect != nil {
 		r.Refusals, r.RefusalsTotal = l.inspect.recent(q.Family, q.Name, q.Shadow)
+		r.RefusalsPerSecond = l.inspect.rate(q.Family, q.Name, q.Shadow)
 	}
 	return r, nil
 }

@@ -3,6 +3,7 @@ package keycap_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -198,4 +199,91 @@ func TestShadowUnderAParentTakesNoEnforcedSlot(t *testing.T) {
 	defer b.Release()
 	// The parent's 2 slots are taken by the two enforced leases alone.
 	refused(t, l, enforced("c"), enforced("c"))
+}
+
+// TestOverrideBelowTheWeightRefusesAtOnce: an override whose max leaves no
+// room for the limit's weight refuses at once, rather than wait for room
+// that can never be.
+func TestOverrideBelowTheWeightRefusesAtOnce(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New(), keycap.WithOverrides(time.Hour))
+	heavy := limit(t, "override-heavy", "k", 5, keycap.WithWeight(3), keycap.WithWait(5*time.Second))
+	if err := l.SetOverride(context.Background(), keycap.Override{Name: "override-heavy", Key: "k", Max: 2}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	refused(t, l, heavy, heavy)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("refused after %s of its 5s wait, want at once", d)
+	}
+}
+
+// TestShadowLeaseReleasedWhenAnObserverPanics: a panic while the enforced
+// slots are reported gives back the shadow slots too.
+func TestShadowLeaseReleasedWhenAnObserverPanics(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	l, err := keycap.NewLimiter(s, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.SlotAcquired && !e.Limit.Shadow() {
+			panic("observer")
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	shadow := limit(t, "panic-shadow", "k", 5, keycap.WithShadow())
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = l.Acquire(context.Background(), limit(t, "panic-shadow", "k", 5), shadow)
+	}()
+	page, err := s.InspectPools(context.Background(), keycap.PageQuery{Tag: shadow.Tag()})
+	if err != nil || len(page.Pools) != 0 {
+		t.Fatalf("shadow pools after the panic: %+v, %v; want none held", page.Pools, err)
+	}
+}
+
+// TestNodeAndOwnerTokensKeepTheirRandomness: node IDs and member owners take
+// the hash after the tag that every such hash shares, and a job's owner is
+// never read as a stamped one.
+func TestNodeAndOwnerTokensKeepTheirRandomness(t *testing.T) {
+	t.Parallel()
+	seen := map[[4]byte]bool{}
+	for i := range 64 {
+		id := keycap.NewNodeID(fmt.Sprint("node-", i))
+		seen[[4]byte(id[:4])] = true
+	}
+	if len(seen) < 60 {
+		t.Fatalf("64 node IDs have %d distinct first halves", len(seen))
+	}
+	a, b := keycap.NodeOwner(keycap.NewNodeID("n"), "x"), keycap.NodeOwner(keycap.NewNodeID("n"), "y")
+	if [4]byte(a[8:12]) == [4]byte(b[8:12]) {
+		t.Fatal("two members' owners share their first four hash bytes")
+	}
+	for i := range 2000 {
+		if _, _, ok := keycap.OwnerFor(fmt.Sprint("job-", i)).Stamp(); ok {
+			t.Fatalf("OwnerFor(job-%d) reads as a stamped owner", i)
+		}
+	}
+}
+
+// TestRefusalRateIsPerLimit: a report's refusal rate counts its own limit's
+// refusals over the window, however many other limits refuse, beyond what
+// the ring of recent refusals keeps.
+func TestRefusalRateIsPerLimit(t *testing.T) {
+	t.Parallel()
+	l, _ := newLimiter(t, memstore.New(), keycap.WithInspection(keycap.InspectOptions{Refusals: 8}))
+	for range 50 {
+		_, _ = l.Acquire(context.Background(), limit(t, "rate-a", "k", 0))
+	}
+	for range 300 {
+		_, _ = l.Acquire(context.Background(), limit(t, "rate-b", "k", 0))
+	}
+	r, err := l.Inspect(context.Background(), keycap.Inspection{Name: "rate-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 50 / keycap.RefusalWindow.Seconds(); r.RefusalsPerSecond != want || r.RefusalsTotal != 350 || len(r.Refusals) != 0 {
+		t.Fatalf("rate %.1f/s (want %.1f), total %d (want 350), %d recent (the ring holds only rate-b's)", r.RefusalsPerSecond, want, r.RefusalsTotal, len(r.Refusals))
+	}
 }

@@ -135,9 +135,35 @@ func (v *override) close() {
 	<-v.done
 }
 
-// overridesLimit names the overrides' record to the Limiter's outage
-// accounting.
+// overridesLimit names the overrides to the outage accounting of a store of
+// one partition.
 var overridesLimit = Limit{name: "overrides", max: 1, ttl: DefaultTTL, family: familyInternal, pool: PoolIDOf(familyInternal, "overrides", "")}
+
+// callOverrides runs op, a call to the store's overrides, within the
+// Limiter's decision budget. On a store of one partition it counts in the
+// store's outages as any call does. On a partitioned store (Redis Cluster)
+// it does not: the overrides live where no pool's partition says, so a
+// failure there says nothing of the pools' partitions, and a success must
+// not end their outage. The background reload retries at the next
+// refresh; a caller of SetOverride gets the error.
+func (l *Limiter) callOverrides(ctx context.Context, op func(ctx context.Context) error) error {
+	if l.parts == nil {
+		return l.Call(ctx, overridesLimit, op)
+	}
+	bctx, cancel := l.bound(ctx, l.budget)
+	err := op(bctx)
+	bctxErr := bctx.Err()
+	cancel()
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case bctxErr != nil:
+		return &BudgetError{Budget: l.budget, Err: err}
+	}
+	return err
+}
 
 // load reads the store's overrides if they changed since the last load.
 func (v *override) load(ctx context.Context) error {
@@ -145,7 +171,7 @@ func (v *override) load(ctx context.Context) error {
 	defer v.mu.Unlock()
 	var version uint64
 	var list []Override
-	err := v.l.Call(ctx, overridesLimit, func(ctx context.Context) error {
+	err := v.l.callOverrides(ctx, func(ctx context.Context) error {
 		var err error
 		version, list, err = v.store.Overrides(ctx, v.version)
 		return err
@@ -192,16 +218,26 @@ func (v *override) apply(limits []Limit) []Limit {
 }
 
 // applyTo returns lim changed by o.
+//
+// A max below the limit's weight leaves no room for one of its leases: the
+// limit then refuses at once, as a max of 0 does, rather than wait for room
+// that can never be. A minimum above the new max is lowered to it.
 func (o Override) applyTo(lim Limit) Limit {
 	if o.Max >= 0 {
 		lim.max = o.Max
 		if lim.share != nil {
 			lim.max = min(lim.max, lim.share.parent.max)
 		}
+		if lim.weight > lim.max {
+			lim.max = 0
+		}
 	}
-	if o.Share > 0 && lim.share != nil {
+	if lim.share != nil && (o.Share > 0 || lim.share.min > lim.max) {
 		s := *lim.share
-		s.share = o.Share
+		if o.Share > 0 {
+			s.share = o.Share
+		}
+		s.min = min(s.min, lim.max)
 		lim.share = &s
 	}
 	return lim
@@ -247,7 +283,7 @@ func (l *Limiter) SetOverride(ctx context.Context, o Override) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := l.Call(ctx, overridesLimit, func(ctx context.Context) error { return st.SetOverride(ctx, o) }); err != nil {
+	if err := l.callOverrides(ctx, func(ctx context.Context) error { return st.SetOverride(ctx, o) }); err != nil {
 		return err
 	}
 	return l.reloadOverrides(ctx)
@@ -261,7 +297,7 @@ func (l *Limiter) ResetOverride(ctx context.Context, f Family, name, key string)
 		return ErrNoOverrider
 	}
 	pool := PoolIDOf(f, name, key)
-	if err := l.Call(ctx, overridesLimit, func(ctx context.Context) error { return st.DeleteOverride(ctx, pool) }); err != nil {
+	if err := l.callOverrides(ctx, func(ctx context.Context) error { return st.DeleteOverride(ctx, pool) }); err != nil {
 		return err
 	}
 	return l.reloadOverrides(ctx)
@@ -275,7 +311,7 @@ func (l *Limiter) Overrides(ctx context.Context) ([]Override, error) {
 		return nil, ErrNoOverrider
 	}
 	var list []Override
-	err := l.Call(ctx, overridesLimit, func(ctx context.Context) error {
+	err := l.callOverrides(ctx, func(ctx context.Context) error {
 		var err error
 		_, list, err = st.Overrides(ctx, 0)
 		return err

@@ -43,13 +43,17 @@ func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Par
 		return nil, err
 	}
 	sh := l.acquireShadows(ctx, shadows)
-	ls, err := l.acquire(ctx, member, park, enforced)
-	if err != nil {
-		if sh != nil {
+	ok := false
+	defer func() {
+		if !ok && sh != nil { // refused, failed, or an observer panicked
 			sh.Release()
 		}
+	}()
+	ls, err := l.acquire(ctx, member, park, enforced)
+	if err != nil {
 		return nil, err
 	}
+	ok = true
 	if sh != nil {
 		ls.mu.Lock() // admitted: the keeper may look at it
 		ls.more().shadow = sh
@@ -65,6 +69,11 @@ func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Par
 func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
 	now := l.now()
 	ls := newLease(l, limits, now)
+	if l.inspect != nil {
+		if label, ok := ctx.Value(labelKey{}).(string); ok {
+			ls.more().label = label
+		}
+	}
 	any := false
 	for i := range ls.slots {
 		s := &ls.slots[i]

@@ -115,7 +115,7 @@ type NodeID [8]byte
 func NewNodeID(name string) NodeID {
 	p := PoolIDOf(familyInternal, "node", name)
 	var n NodeID
-	copy(n[:], p[:8])
+	copy(n[:], p[4:12]) // after the tag, which every node's hash shares
 	return n
 }
 
@@ -126,7 +126,7 @@ func NodeOwner(node NodeID, name string) Owner {
 	p := PoolIDOf(familyInternal, "member", name)
 	var o Owner
 	copy(o[:8], node[:])
-	copy(o[8:], p[:8])
+	copy(o[8:], p[4:12]) // after the tag, which every member's hash shares
 	return o
 }
 

@@ -240,7 +240,10 @@ DECLARE
     now_ timestamptz;
     n integer;
 BEGIN
-    FOR p IN SELECT DISTINCT ON (t.pl) t.pl FROM unnest(pools) WITH ORDINALITY AS t(pl, i) ORDER BY t.pl LOOP
+    -- In the order of the pools' lock keys, so that two nodes' heartbeats
+    -- never lock in opposite orders.
+    FOR p IN SELECT d.pl FROM (SELECT DISTINCT t.pl FROM unnest(pools) AS t(pl)) d
+             ORDER BY substring(d.pl FROM 13 FOR 4), d.pl LOOP
         PERFORM "public"."keycap_lock"(p);
         now_ := clock_timestamp();
         DELETE FROM "public"."keycap_lease" l WHERE l.pool = p AND l.expires_at <= now_;
@@ -784,7 +787,10 @@ DECLARE
     now_ timestamptz := clock_timestamp();
     v bigint;
 BEGIN
-    UPDATE "public"."keycap_override_version" SET version = version + 1 RETURNING version INTO v;
+    -- Never a version a client may already hold for other overrides, even
+    -- after a failover to a standby that missed the last change.
+    UPDATE "public"."keycap_override_version" SET version = greatest(version + 1, (extract(epoch FROM now_) * 1000000)::bigint)
+        RETURNING version INTO v;
     DELETE FROM "public"."keycap_override" WHERE expires_at <= now_;
     INSERT INTO "public"."keycap_override" (pool, family, name, key, max_, share_, expires_at)
         VALUES (p, f, nm, k, m, sh, CASE WHEN ttl_us > 0 THEN now_ + ttl_us * interval '1 microsecond' END)
@@ -805,7 +811,8 @@ BEGIN
     SELECT version INTO v FROM "public"."keycap_override_version" FOR UPDATE;
     DELETE FROM "public"."keycap_override" WHERE pool = p;
     IF FOUND THEN
-        UPDATE "public"."keycap_override_version" SET version = version + 1 RETURNING version INTO v;
+        UPDATE "public"."keycap_override_version" SET version = greatest(version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+            RETURNING version INTO v;
     END IF;
     RETURN v;
 END

@@ -33,8 +33,19 @@ var (
 )
 
 // parentTag is the tag of every parent's pool (keycap.Parent): the
-// parents' pools are all of one internal name.
-var parentTag = keycap.MustParent("parent", 1).Pool().Tag()
+// parents' pools are all of one internal name. shadowParentTag is the tag
+// of the shadows of parents, which shadow limits (keycap.WithShadow) with
+// a parent count in.
+var (
+	parentTag       = keycap.MustParent("parent", 1).Pool().Tag()
+	shadowParentTag = func() keycap.Tag {
+		p, _ := keycap.MustLimit("x", "k", 1, keycap.WithParent(keycap.MustParent("p", 1)), keycap.WithShadow()).Parent()
+		return p.Pool().Tag()
+	}()
+)
+
+// isParentTag reports whether t is the tag of parents or of their shadows.
+func isParentTag(t keycap.Tag) bool { return t == parentTag || t == shadowParentTag }
 
 const (
 	// scanBudget is the most SCAN calls one page makes: a page of a name
@@ -77,13 +88,13 @@ const (
 // return a key twice.
 func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
 	childTag := q.Tag.String()
-	if q.Tag == parentTag {
+	if isParentTag(q.Tag) {
 		childTag = "" // the parents' own pools: every key's leases
 	}
 	base := s.prefix + "keycap:"
 	pg := pager[keycap.PoolState]{
 		kind:  'p',
-		match: globEscape(base) + "[sl][hil]*:{" + globTags(q.Tag, parentTag) + "*",
+		match: globEscape(base) + "[sl][hil]*:{" + globTags(q.Tag, parentTag, shadowParentTag) + "*",
 		classify: func(key string) (f found, ok bool) {
 			typ, id, ok := splitKey(key, base)
 			if !ok {
@@ -94,9 +105,9 @@ func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.Po
 			case typ == "slots" && id.Tag() == q.Tag:
 			case typ == "line" && id.Tag() == q.Tag:
 				f.secondary = true
-			case typ == "share" && id.Tag() == parentTag:
+			case typ == "share" && isParentTag(id.Tag()):
 				f.container = true
-			case typ == "shwait" && id.Tag() == parentTag:
+			case typ == "shwait" && isParentTag(id.Tag()):
 				f.container, f.secondary = true, true
 			default:
 				return f, false
@@ -105,7 +116,7 @@ func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.Po
 		},
 		valid: func(f found) bool {
 			if f.container {
-				return f.at.pool().Tag() == parentTag && f.at[16] == 0
+				return isParentTag(f.at.pool().Tag()) && f.at[16] == 0
 			}
 			return f.at.pool().Tag() == q.Tag && f.at[16] == 0
 		},
@@ -193,7 +204,7 @@ func (s *Store) readParent(ctx context.Context, p redis.Pipeliner, f found, tag 
 			if kid.Tag() == tag {
 				out = append(out, entry[keycap.PoolState]{at: entryKey(kid, 0), val: st})
 			}
-			if tag == parentTag {
+			if tag == parent.Tag() {
 				all.Holders = append(all.Holders, st.Holders...)
 				all.Waiting = append(all.Waiting, st.Waiting...)
 			}
@@ -748,14 +759,23 @@ func globEscape(s string) string {
 // globTags returns a MATCH pattern of 8 hex digits that matches both
 // tags: a class where their digits differ. It may match other tags
 // too, which the caller drops.
-func globTags(a, b keycap.Tag) string {
-	x, y := a.String(), b.String()
+func globTags(tags ...keycap.Tag) string {
+	hexes := make([]string, len(tags))
+	for i, t := range tags {
+		hexes[i] = t.String()
+	}
 	var out strings.Builder
-	for i := range len(x) {
-		if x[i] == y[i] {
-			out.WriteByte(x[i])
+	for i := range len(hexes[0]) {
+		var chars []byte
+		for _, h := range hexes {
+			if !bytes.ContainsRune(chars, rune(h[i])) {
+				chars = append(chars, h[i])
+			}
+		}
+		if len(chars) == 1 {
+			out.WriteByte(chars[0])
 		} else {
-			out.WriteString("[" + x[i:i+1] + y[i:i+1] + "]")
+			out.WriteString("[" + string(chars) + "]")
 		}
 	}
 	return out.String()

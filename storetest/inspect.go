@@ -401,6 +401,25 @@ func testShadow(t *testing.T, open func() keycap.Store) {
 	if e, s := held(enforced.Tag()), held(candidate.Tag()); e != 0 || s != 0 {
 		t.Fatalf("after release: %d enforced, %d shadow held; want none", e, s)
 	}
+	// A shadow under a parent counts in a shadow of the parent, and shows
+	// under its own tag.
+	if _, ok := open().(keycap.Sharer); ok {
+		parent := keycap.MustParent("storetest-shadow-parent", 2)
+		kid := keycap.MustLimit("storetest-shadow-kid", "k", 2, keycap.WithParent(parent))
+		shadowKid := keycap.MustLimit("storetest-shadow-kid", "k", 1, keycap.WithParent(parent), keycap.WithShadow())
+		ls, err := l.Acquire(ctx(t), kid, shadowKid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools := mustPools(t, open(), shadowKid.Tag())
+		if len(pools) != 1 || pools[0].Pool != shadowKid.Pool() || pools[0].Held() != 1 {
+			t.Fatalf("shadow kid's pools %+v, want its one lease", pools)
+		}
+		if e := mustPools(t, open(), kid.Tag()); len(e) != 1 || e[0].Held() != 1 {
+			t.Fatalf("enforced kid's pools %+v, want its one lease", e)
+		}
+		ls.Release()
+	}
 	// A whole Limiter in shadow mode refuses nothing.
 	sl, err := keycap.NewLimiter(open(), keycap.WithShadowMode())
 	if err != nil {

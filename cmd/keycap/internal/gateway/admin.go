@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,8 +29,18 @@ import (
 //	PUT    /admin/api/overrides     set one: {"route":"api","key":"header:X-User=alice","max":10,"ttl":"1h"}
 //	DELETE /admin/api/overrides     reset one: ?route=api&key=header:X-User=alice
 
-// adminCookie carries the token for the page, set by POST /admin/login.
+// adminCookie is the page's cookie, set by POST /admin/login: a value
+// derived from the token (cookieValue), so that a stolen cookie opens the
+// page only, never the API.
 const adminCookie = "keycap_admin"
+
+// cookieValue is the page cookie of a token: an HMAC of a fixed message
+// under it. A reload that changes the token signs everyone out.
+func cookieValue(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("keycap admin page"))
+	return hex.EncodeToString(m.Sum(nil))
+}
 
 // summaryPages bounds the pages of pools a summary reads per limit name.
 const summaryPages = 10
@@ -65,7 +78,7 @@ func (s *Server) authorized(cookie bool, h http.HandlerFunc) http.Handler {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok && cookie {
 			if c, err := r.Cookie(adminCookie); err == nil {
-				got, ok = c.Value, true
+				got, want, ok = c.Value, cookieValue(want), true
 			}
 		}
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
@@ -119,7 +132,7 @@ type LimitSummary struct {
 	InUse     int        `json:"in_use"` // slots held, over every key
 	Waiting   int        `json:"waiting"`
 	Busiest   []KeyUsage `json:"busiest"`
-	Refusals  int        `json:"recent_refusals"`     // this gateway's, within RefusalWindow
+	Refusals  int        `json:"recent_refusals"`     // this gateway's, within keycap.RefusalWindow
 	PerSecond float64    `json:"refusals_per_second"` // the same, per second
 	Truncated bool       `json:"truncated,omitempty"` // more pools than a summary reads
 }
@@ -160,9 +173,6 @@ type OverrideView struct {
 	TTL    float64 `json:"ttl_seconds,omitempty"`
 }
 
-// RefusalWindow is how far back a summary counts refusals.
-const RefusalWindow = 10 * time.Second
-
 // SummaryEvery is how often, at most, the gateway reads the figures of the
 // admin page from the store, however many people look: each reading pages
 // through every limit's pools (on Redis, a SCAN of their keys).
@@ -184,6 +194,10 @@ func (s *Server) cachedSummary(ctx context.Context) Summary {
 	if !c.at.IsZero() && time.Since(c.at) < SummaryEvery {
 		return c.sum
 	}
+	// Not the first viewer's context: the summary is everyone's, and a
+	// viewer who leaves must not cut it short.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	c.sum, c.at = s.summary(ctx), time.Now()
 	return c.sum
 }
@@ -230,11 +244,13 @@ func (s *Server) summary(ctx context.Context) Summary {
 	for _, id := range order {
 		ls := pools[id]
 		in := keycap.Inspection{Family: keycap.FamilyApp, Name: ls.Pool, Shadow: ls.Shadow}
-		reports, truncated, err := inspectAll(ctx, lim, in)
+		reports, rate, truncated, err := inspectAll(ctx, lim, in)
 		if err != nil {
 			problem("limit "+ls.Pool, err)
 		}
 		ls.Truncated = truncated
+		ls.PerSecond = rate
+		ls.Refusals = int(rate*keycap.RefusalWindow.Seconds() + 0.5)
 		for _, rep := range reports {
 			ls.Keys++
 			ls.InUse += rep.Held
@@ -242,16 +258,12 @@ func (s *Server) summary(ctx context.Context) Summary {
 			ls.Busiest = append(ls.Busiest, s.usage(rt, ls.Pool, ls.Shadow, rep, show))
 		}
 		ls.Busiest = busiest(ls.Busiest)
-		if rep, err := lim.Inspect(ctx, keycap.Inspection{Family: keycap.FamilyApp, Name: ls.Pool, Shadow: ls.Shadow, Limit: 1}); err == nil {
-			ls.Refusals = recentCount(rep.Refusals, sum.At)
-			ls.PerSecond = float64(ls.Refusals) / RefusalWindow.Seconds()
-		}
 		sum.Limits = append(sum.Limits, *ls)
 	}
 	if pc := cfg.Pusher; pc != nil && rt.backend.caps != nil {
 		for _, app := range pc.Apps {
 			as := AppSummary{App: app.ID, Cap: rt.backend.caps.CapOf(app.ID)}
-			reports, truncated, err := inspectAll(ctx, lim, keycap.Inspection{Family: keycap.FamilyConn, Name: app.ID})
+			reports, _, truncated, err := inspectAll(ctx, lim, keycap.Inspection{Family: keycap.FamilyConn, Name: app.ID})
 			if err != nil {
 				problem("app "+app.ID, err)
 			}
@@ -259,8 +271,11 @@ func (s *Server) summary(ctx context.Context) Summary {
 			for _, rep := range reports {
 				as.Users++
 				as.Connections += rep.Held
-				k := keyOf(rep, show)
-				as.Busiest = append(as.Busiest, KeyUsage{Key: k, Held: rep.Held, Max: lim.Overridden(connLimit(app.ID, rep.Key, as.Cap)).Max()})
+				u := KeyUsage{Key: keyOf(rep, show), Held: rep.Held, Max: -1}
+				if rep.KeyShown { // a user this gateway serves: their cap, with its override
+					u.Max = lim.Overridden(connLimit(app.ID, rep.Key, as.Cap)).Max()
+				}
+				as.Busiest = append(as.Busiest, u)
 			}
 			as.Busiest = busiest(as.Busiest)
 			sum.Apps = append(sum.Apps, as)
@@ -279,28 +294,31 @@ func (s *Server) summary(ctx context.Context) Summary {
 		}
 	}
 	if ovs, err := lim.Overrides(ctx); err == nil {
-		sum.Overrides = overrideViews(ovs)
+		sum.Overrides = overrideViews(ovs, show)
 	} else if !errors.Is(err, keycap.ErrNoOverrider) {
 		problem("overrides", err)
 	}
 	return sum
 }
 
-// inspectAll reads up to summaryPages pages of a limit's pools.
-func inspectAll(ctx context.Context, lim *keycap.Limiter, in keycap.Inspection) ([]keycap.PoolReport, bool, error) {
-	var out []keycap.PoolReport
-	for range summaryPages {
+// inspectAll reads up to summaryPages pages of a limit's pools, and this
+// gateway's refusals per second of it.
+func inspectAll(ctx context.Context, lim *keycap.Limiter, in keycap.Inspection) (pools []keycap.PoolReport, rate float64, truncated bool, err error) {
+	for i := range summaryPages {
 		rep, err := lim.Inspect(ctx, in)
 		if err != nil {
-			return out, false, err
+			return pools, rate, false, err
 		}
-		out = append(out, rep.Pools...)
+		if i == 0 {
+			rate = rep.RefusalsPerSecond
+		}
+		pools = append(pools, rep.Pools...)
 		if rep.Next == "" {
-			return out, false, nil
+			return pools, rate, false, nil
 		}
 		in.Cursor = rep.Next
 	}
-	return out, true, nil
+	return pools, rate, true, nil
 }
 
 // usage is one key's line of a limit's summary: its max is the configured
@@ -373,20 +391,16 @@ func busiest(us []KeyUsage) []KeyUsage {
 	return us[:min(len(us), 10)]
 }
 
-func recentCount(rs []keycap.Refusal, now time.Time) int {
-	n := 0
-	for _, r := range rs {
-		if now.Sub(r.At) <= RefusalWindow {
-			n++
-		}
-	}
-	return n
-}
-
-func overrideViews(ovs []keycap.Override) []OverrideView {
+// overrideViews shows overrides; their keys in clear only with show (else
+// the pool's hash, as everywhere else).
+func overrideViews(ovs []keycap.Override, show bool) []OverrideView {
 	out := make([]OverrideView, 0, len(ovs))
 	for _, o := range ovs {
-		v := OverrideView{Family: o.Family.String(), Name: o.Name, Key: o.Key, Share: o.Share, TTL: o.TTL.Seconds()}
+		key := o.Key
+		if !show {
+			key = "#" + o.Pool.String()
+		}
+		v := OverrideView{Family: o.Family.String(), Name: o.Name, Key: key, Share: o.Share, TTL: o.TTL.Seconds()}
 		if o.Max >= 0 {
 			m := o.Max
 			v.Max = &m
@@ -502,12 +516,13 @@ func hasApp(cfg *Config, app string) bool {
 }
 
 func (s *Server) apiOverrides(w http.ResponseWriter, r *http.Request) {
-	ovs, err := s.gw.router().backend.limiter.Overrides(r.Context())
+	rt := s.gw.router()
+	ovs, err := rt.backend.limiter.Overrides(r.Context())
 	if err != nil {
 		adminError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	writeJSON(w, overrideViews(ovs))
+	writeJSON(w, overrideViews(ovs, rt.cfg.AdminAPI.ShowKeys))
 }
 
 // OverrideRequest is the body of PUT /admin/api/overrides.

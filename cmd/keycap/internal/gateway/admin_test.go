@@ -160,6 +160,9 @@ func TestAdminAPIIsBehindItsToken(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("login: %d, cookies %+v; want 303 and one HttpOnly SameSite=Strict cookie", resp.StatusCode, cookies)
 	}
+	if strings.Contains(cookies[0].Value, testToken) {
+		t.Fatal("the page's cookie carries the token itself")
+	}
 	for _, path := range []string{"/admin/", "/admin/api/summary"} {
 		req, _ := http.NewRequest(http.MethodGet, g.admin+path, nil)
 		req.AddCookie(cookies[0])
@@ -370,4 +373,29 @@ pusher:
 	if out, err := runBinary(t, "override", "list", "-admin", g.admin, "-token", "wrong-token-000000"); err == nil || !strings.Contains(out, "bearer token") {
 		t.Fatalf("a wrong token: %v\n%s", err, out)
 	}
+}
+
+// TestAdminHidesKeysUnlessAsked: without show_keys, no key appears in clear
+// in any answer of the admin API or on the page, overrides included.
+func TestAdminHidesKeysUnlessAsked(t *testing.T) {
+	t.Parallel()
+	up := newHeldUpstream(t)
+	g := startGateway(t, strings.Replace(adminConfig(up.URL, ""), "show_keys: true", "show_keys: false", 1))
+	held := up.hold(t, g.proxy, "alice-secret-user", "hidden-1")
+	set := map[string]any{"route": "api", "key": "header:X-User=alice-secret-user", "max": 2}
+	if status, b := adminDo(t, http.MethodPut, g.admin+"/admin/api/overrides", testToken, set); status != http.StatusNoContent {
+		t.Fatalf("PUT override: %d %s", status, b)
+	}
+	s := summaryOf(t, g)
+	if api := limitOf(t, s, "api", false); api.InUse != 1 || len(api.Busiest) != 1 || !strings.HasPrefix(api.Busiest[0].Key, "#") {
+		t.Fatalf("api %+v: want one key, shown by its hash", api)
+	}
+	for _, path := range []string{"/admin/api/summary", "/admin/api/pools?route=api", "/admin/api/overrides", "/admin/"} {
+		status, b := adminDo(t, http.MethodGet, g.admin+path, testToken, nil)
+		if status != http.StatusOK || bytes.Contains(b, []byte("alice-secret-user")) {
+			t.Fatalf("%s: %d, key in clear: %v", path, status, bytes.Contains(b, []byte("alice-secret-user")))
+		}
+	}
+	up.release.Open()
+	testkit.Recv(t, held, 10*time.Second, "the held request")
 }

@@ -56,7 +56,8 @@ type AdminAPIConfig struct {
 	ShowKeys bool `yaml:"show_keys"`
 	// OverridesRefresh is how often the gateway reads the store's overrides
 	// (default 1s): an override set on any gateway applies on every one
-	// within it.
+	// within it. A reload changes it only with the store section (it is
+	// the store's Limiter's), else at the next start.
 	OverridesRefresh Duration `yaml:"overrides_refresh"`
 }
 

@@ -32,7 +32,6 @@ import (
 // reloads that leave that section unchanged.
 type backend struct {
 	cfg      StoreConfig
-	refresh  Duration // admin_api.overrides_refresh
 	store    keycap.Store
 	handover *handover             // while the previous backend's requests last
 	client   redis.UniversalClient // nil for memory
@@ -194,7 +193,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if cfg.Pusher != nil {
 		cc = capsSettings(cfg)
 	}
-	if old != nil && sameStore(old.backend.cfg, cfg.Store) && old.backend.refresh == cfg.AdminAPI.OverridesRefresh &&
+	if old != nil && sameStore(old.backend.cfg, cfg.Store) &&
 		(old.backend.caps == nil) == (cfg.Pusher == nil) && (cfg.Pusher == nil || sameCaps(old.backend.capsCfg, cc)) {
 		return old.backend, nil // leases and connections carry over
 	}
@@ -229,7 +228,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	be := &backend{cfg: cfg.Store, refresh: cfg.AdminAPI.OverridesRefresh, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
+	be := &backend{cfg: cfg.Store, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
 	if cfg.Pusher != nil {
 		copts := []conncap.Option{conncap.WithDefaultCap(cc.defaultCap), conncap.WithTTL(cc.ttl)}
 		for app, n := range cc.appCaps {

@@ -156,7 +156,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		_ = loginTemplate.Execute(w, "That is not the admin token.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: adminCookie, Value: want, Path: "/admin/", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: adminCookie, Value: cookieValue(want), Path: "/admin/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int((12 * time.Hour).Seconds())})
 	http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 }
