@@ -17,9 +17,9 @@ import (
 type PoolID [16]byte
 
 // Tag is the first four bytes of the pools of one limit name (a family and a
-// name): an FNV-1a hash of the two. Tags of different names may collide; an
-// Inspector may then show another name's pools beside the asked one's, and
-// the caller checks (Limiter.Inspect does).
+// name): an FNV-1a hash of the two. Tags of different names may collide (1
+// in 2³² for a pair): an Inspector then shows the other name's pools beside
+// the asked one's, and nothing tells them apart without their keys.
 type Tag [4]byte
 
 // TagOf returns the tag of the pools of name in family f.
