@@ -74,7 +74,7 @@ func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
 			ls.more().label = label
 		}
 	}
-	any := false
+	took := false
 	for i := range ls.slots {
 		s := &ls.slots[i]
 		if s.limit.max == 0 {
@@ -95,10 +95,10 @@ func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
 			l.refused(ctx, s.limit, 0)
 		default:
 			l.storeAnswered(s.limit.home())
-			s.held, any = true, true
+			s.held, took = true, true
 		}
 	}
-	if !any {
+	if !took {
 		return nil
 	}
 	l.admit(ctx, ls, 0)
