@@ -11,8 +11,9 @@
 //	limiter, err := keycap.NewLimiter(store, keycap.WithObserver(obs))
 //
 // It follows the conventions of otelriver (River's OpenTelemetry
-// middleware): a Config with a MeterProvider and a TracerProvider that
-// default to the global ones, an instrumentation scope named after the
+// middleware): a Config with a MeterProvider that defaults to the global
+// one (no TracerProvider: span events go on the caller's span, whichever
+// provider started it), an instrumentation scope named after the
 // package, instruments named "keycap." and snake case, counts in annotated
 // units ("{slot}"), durations as float64 histograms in seconds unless
 // Config.DurationUnit is "ms", and attribute keys without a prefix.

@@ -50,13 +50,9 @@ type Config struct {
 	// May be left nil to use the global provider (otel.GetMeterProvider).
 	MeterProvider metric.MeterProvider
 
-	// TracerProvider may be left nil (the global provider,
-	// otel.GetTracerProvider). The Observer starts no spans of its own:
-	// ObserveContext adds its span events to the span in the Acquire's
-	// context, whichever provider started it, so this provider is not
-	// consulted today. It is here so that a configuration shared with other
-	// OpenTelemetry instrumentation (otelriver's, say) carries over.
-	TracerProvider trace.TracerProvider
+	// There is no TracerProvider, unlike otelriver's Config: the Observer
+	// starts no spans of its own. ObserveContext adds its span events to
+	// the span in the Acquire's context, whichever provider started it.
 }
 
 // Observer is a keycap.Observer and keycap.ContextObserver that records
