@@ -142,7 +142,9 @@ func TestInspectLinesAlone(t *testing.T) {
 			name := "insp-alone"
 			tk := keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
 			p := keycap.NewPoolID(name, "plain")
-			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, 50*time.Millisecond); !ok || err != nil {
+			// Leases of a second: long enough to be held when the waiters
+			// queue on a loaded machine, short enough to lapse soon after.
+			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Second); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 			waiter := keycap.NewOwner()
@@ -151,7 +153,7 @@ func TestInspectLinesAlone(t *testing.T) {
 			}
 			parent := keycap.MustParent("insp-alone-parent", 1)
 			kid := keycap.NewPoolID(name, "kid")
-			d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 1, TTL: 50 * time.Millisecond, Weight: 1, Parent: parent.Pool(), ParentMax: 1, Share: 1}
+			d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 1, TTL: time.Second, Weight: 1, Parent: parent.Pool(), ParentMax: 1, Share: 1}
 			if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
 				t.Fatal(ok, err)
 			}

@@ -515,13 +515,13 @@ func testOverrideCRUD(t *testing.T, open func() keycap.Store) {
 
 func testOverrideTTL(t *testing.T, open func() keycap.Store) {
 	s := overrider(open())
-	o := override(keycap.FamilyApp, "api", "brief", 1, 0, 300*time.Millisecond)
+	o := override(keycap.FamilyApp, "api", "brief", 1, 0, time.Second)
 	if err := s.SetOverride(ctx(t), o); err != nil {
 		t.Fatal(err)
 	}
 	_, list, err := s.Overrides(ctx(t), 0)
-	if err != nil || len(list) != 1 || list[0].TTL <= 0 || list[0].TTL > 300*time.Millisecond {
-		t.Fatalf("Overrides: %+v, %v; want one with at most 300ms left", list, err)
+	if err != nil || len(list) != 1 || list[0].TTL <= 0 || list[0].TTL > time.Second {
+		t.Fatalf("Overrides: %+v, %v; want one with at most 1s left", list, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -533,7 +533,7 @@ func testOverrideTTL(t *testing.T, open func() keycap.Store) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the override of 300ms is still listed after 5s: %+v", list)
+			t.Fatalf("the override of 1s is still listed after 5s: %+v", list)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
