@@ -28,7 +28,7 @@ func (s *Store) InspectPools(_ context.Context, q keycap.PageQuery) (keycap.Pool
 	now := s.clock()
 	var out []keycap.PoolState
 	add := func(id keycap.PoolID, pls ...*pool) {
-		if id.Tag() != q.Tag || (after != nil && bytes.Compare(id[:], after) <= 0) {
+		if id.Tag() != q.Tag {
 			return
 		}
 		st := keycap.PoolState{Pool: id}
@@ -55,13 +55,27 @@ func (s *Store) InspectPools(_ context.Context, q keycap.PageQuery) (keycap.Pool
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b keycap.PoolState) int { return bytes.Compare(a.Pool[:], b.Pool[:]) })
-	page := keycap.PoolPage{Pools: out}
-	if n := q.PageSize(); len(out) > n {
-		page.Pools = out[:n]
-		page.Next = out[n-1].Pool.String()
+	pools, next := pageOf(out, func(p keycap.PoolState) keycap.PoolID { return p.Pool }, after, q.PageSize())
+	return keycap.PoolPage{Pools: pools, Next: next}, nil
+}
+
+// pageOf sorts entries by ID and returns the page after the ID after (nil:
+// the first page) of at most n entries, and the cursor of the next page.
+func pageOf[T any](entries []T, id func(T) keycap.PoolID, after []byte, n int) ([]T, string) {
+	slices.SortFunc(entries, func(a, b T) int { x, y := id(a), id(b); return bytes.Compare(x[:], y[:]) })
+	if after != nil {
+		i, _ := slices.BinarySearchFunc(entries, after, func(e T, a []byte) int {
+			if x := id(e); bytes.Compare(x[:], a) > 0 {
+				return 1
+			}
+			return -1 // at or before the cursor: shown already
+		})
+		entries = entries[i:]
 	}
-	return page, nil
+	if len(entries) > n {
+		return entries[:n], id(entries[n-1]).String()
+	}
+	return entries, ""
 }
 
 // state appends the pool's live leases and tickets.
@@ -102,22 +116,8 @@ func (s *Store) InspectPauses(_ context.Context, q keycap.PageQuery) (keycap.Pau
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b keycap.PauseState) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-	if after != nil {
-		i, _ := slices.BinarySearchFunc(out, after, func(p keycap.PauseState, t []byte) int {
-			if c := bytes.Compare(p.ID[:], t); c != 0 {
-				return c
-			}
-			return -1 // the cursor's own entry is behind
-		})
-		out = out[i:]
-	}
-	page := keycap.PausePage{Pauses: out}
-	if n := q.PageSize(); len(out) > n {
-		page.Pauses = out[:n]
-		page.Next = out[n-1].ID.String()
-	}
-	return page, nil
+	pauses, next := pageOf(out, func(p keycap.PauseState) keycap.PoolID { return p.ID }, after, q.PageSize())
+	return keycap.PausePage{Pauses: pauses, Next: next}, nil
 }
 
 // cursor decodes a page cursor: the hex ID of the last entry shown.

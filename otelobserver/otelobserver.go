@@ -305,19 +305,24 @@ func (o *Observer) duration(d time.Duration) float64 { return float64(d) / o.per
 // slot returns the options of lim's attribute set: cached, unless the cache
 // is full.
 func (o *Observer) slot(lim keycap.Limit) *slotSeries {
-	k := slotKey{lim.Family(), lim.Name(), lim.Max(), lim.Shadow()}
-	if s, ok := o.slots.Load(k); ok {
-		return s.(*slotSeries)
+	return cachedSeries(o, &o.slots, slotKey{lim.Family(), lim.Name(), lim.Max(), lim.Shadow()}, newSlotSeries)
+}
+
+// cachedSeries returns the series of k from cache, building it with build
+// and keeping it while the cache has room (o.maxCached over every cache).
+func cachedSeries[K comparable, S any](o *Observer, cache *sync.Map, k K, build func(K) *S) *S {
+	if s, ok := cache.Load(k); ok {
+		return s.(*S)
 	}
-	s := newSlotSeries(k)
+	s := build(k)
 	if !o.reserve() {
 		return s
 	}
-	actual, loaded := o.slots.LoadOrStore(k, s)
+	actual, loaded := cache.LoadOrStore(k, s)
 	if loaded {
 		o.cached.Add(-1)
 	}
-	return actual.(*slotSeries)
+	return actual.(*S)
 }
 
 func newSlotSeries(k slotKey) *slotSeries {
@@ -340,20 +345,7 @@ func newSlotSeries(k slotKey) *slotSeries {
 }
 
 // api returns the options of a pause event's attribute set.
-func (o *Observer) api(k apiKey) *apiSeries {
-	if s, ok := o.apis.Load(k); ok {
-		return s.(*apiSeries)
-	}
-	s := newAPISeries(k)
-	if !o.reserve() {
-		return s
-	}
-	actual, loaded := o.apis.LoadOrStore(k, s)
-	if loaded {
-		o.cached.Add(-1)
-	}
-	return actual.(*apiSeries)
-}
+func (o *Observer) api(k apiKey) *apiSeries { return cachedSeries(o, &o.apis, k, newAPISeries) }
 
 func newAPISeries(k apiKey) *apiSeries {
 	kv := []attribute.KeyValue{attribute.String("api", k.api)}

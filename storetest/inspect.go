@@ -12,25 +12,15 @@ import (
 
 // testInspect runs the inspection tests on a keycap.Inspector.
 func testInspect(t *testing.T, ns Namespace) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, open func() keycap.Store)
-	}{
-		{"PoolsOfANameWithTheirHolders", testInspectPools},
-		{"PagesCoverEveryPoolOnce", testInspectPaging},
-		{"ShowsTheWaitLine", testInspectLine},
-		{"ShowsPausesAndPaces", testInspectPauses},
-		{"LimiterReportsAcrossClients", testInspectLimiter},
-		{"ShadowLimitCountsApart", testShadow},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			open := ns(t)
-			if _, ok := open().(keycap.Inspector); !ok {
-				t.Skip("the store cannot be inspected (keycap.Inspector)")
-			}
-			tc.fn(t, open)
+	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Inspector); return ok },
+		"the store cannot be inspected (keycap.Inspector)", []namedTest{
+			{"PoolsOfANameWithTheirHolders", testInspectPools},
+			{"PagesCoverEveryPoolOnce", testInspectPaging},
+			{"ShowsTheWaitLine", testInspectLine},
+			{"ShowsPausesAndPaces", testInspectPauses},
+			{"LimiterReportsAcrossClients", testInspectLimiter},
+			{"ShadowLimitCountsApart", testShadow},
 		})
-	}
 }
 
 func inspector(s keycap.Store) keycap.Inspector { return s.(keycap.Inspector) }
@@ -38,24 +28,34 @@ func inspector(s keycap.Store) keycap.Inspector { return s.(keycap.Inspector) }
 // allPools reads every page of tag, at most pages of them.
 func allPools(t *testing.T, s keycap.Store, tag keycap.Tag, limit int) ([]keycap.PoolState, int) {
 	t.Helper()
-	var out []keycap.PoolState
-	q := keycap.PageQuery{Tag: tag, Limit: limit}
+	return pageAll(t, func(cursor string) ([]keycap.PoolState, string, error) {
+		page, err := inspector(s).InspectPools(ctx(t), keycap.PageQuery{Tag: tag, Cursor: cursor, Limit: limit})
+		if err == nil && limit > 0 && len(page.Pools) > limit {
+			err = fmt.Errorf("a page of %d pools, asked for at most %d", len(page.Pools), limit)
+		}
+		return page.Pools, page.Next, err
+	})
+}
+
+// pageAll reads every page that next gives, from the first, at most 1000 of
+// them, and returns their entries and the number of pages.
+func pageAll[T any](t *testing.T, next func(cursor string) ([]T, string, error)) ([]T, int) {
+	t.Helper()
+	var out []T
+	cursor := ""
 	for pages := 1; ; pages++ {
 		if pages > 1000 {
 			t.Fatal("paging did not end after 1000 pages")
 		}
-		page, err := inspector(s).InspectPools(ctx(t), q)
+		entries, c, err := next(cursor)
 		if err != nil {
-			t.Fatalf("InspectPools: %v", err)
+			t.Fatalf("page %d: %v", pages, err)
 		}
-		if limit > 0 && len(page.Pools) > limit {
-			t.Fatalf("a page of %d pools, asked for at most %d", len(page.Pools), limit)
-		}
-		out = append(out, page.Pools...)
-		if page.Next == "" {
+		out = append(out, entries...)
+		if c == "" {
 			return out, pages
 		}
-		q.Cursor = page.Next
+		cursor = c
 	}
 }
 
@@ -245,22 +245,11 @@ func testInspectPauses(t *testing.T, open func() keycap.Store) {
 // a page with fewer than asked, even none, before the last.
 func allPauses(t *testing.T, s keycap.Store, tag keycap.Tag) []keycap.PauseState {
 	t.Helper()
-	var out []keycap.PauseState
-	q := keycap.PageQuery{Tag: tag}
-	for pages := 1; ; pages++ {
-		if pages > 1000 {
-			t.Fatal("paging did not end after 1000 pages")
-		}
-		page, err := inspector(s).InspectPauses(ctx(t), q)
-		if err != nil {
-			t.Fatalf("InspectPauses: %v", err)
-		}
-		out = append(out, page.Pauses...)
-		if page.Next == "" {
-			return out
-		}
-		q.Cursor = page.Next
-	}
+	pauses, _ := pageAll(t, func(cursor string) ([]keycap.PauseState, string, error) {
+		page, err := inspector(s).InspectPauses(ctx(t), keycap.PageQuery{Tag: tag, Cursor: cursor})
+		return page.Pauses, page.Next, err
+	})
+	return pauses
 }
 
 // testInspectLimiter: a Limiter's report of a limit across two clients:
@@ -325,27 +314,19 @@ func testInspectLimiter(t *testing.T, open func() keycap.Store) {
 // a page with fewer pools than asked, even none, before the last.
 func report(t *testing.T, l *keycap.Limiter, name string) *keycap.Report {
 	t.Helper()
-	var all *keycap.Report
-	q := keycap.Inspection{Name: name}
-	for pages := 1; ; pages++ {
-		if pages > 1000 {
-			t.Fatal("paging did not end after 1000 pages")
-		}
-		r, err := l.Inspect(ctx(t), q)
+	var first *keycap.Report
+	pools, _ := pageAll(t, func(cursor string) ([]keycap.PoolReport, string, error) {
+		r, err := l.Inspect(ctx(t), keycap.Inspection{Name: name, Cursor: cursor})
 		if err != nil {
-			t.Fatalf("Inspect: %v", err)
+			return nil, "", err
 		}
-		if all == nil {
-			all = r
-		} else {
-			all.Pools = append(all.Pools, r.Pools...)
+		if first == nil {
+			first = r
 		}
-		if r.Next == "" {
-			all.Next = ""
-			return all
-		}
-		q.Cursor = r.Next
-	}
+		return r.Pools, r.Next, nil
+	})
+	first.Pools, first.Next = pools, ""
+	return first
 }
 
 // testShadow: a shadow limit beside the enforced one of the same name and
@@ -437,22 +418,12 @@ func testShadow(t *testing.T, open func() keycap.Store) {
 
 // testOverrides runs the override tests on a keycap.Overrider.
 func testOverrides(t *testing.T, ns Namespace) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, open func() keycap.Store)
-	}{
-		{"SetListDeleteWithVersions", testOverrideCRUD},
-		{"ExpiresByItself", testOverrideTTL},
-		{"TakesEffectOnEveryClient", testOverrideAcross},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			open := ns(t)
-			if _, ok := open().(keycap.Overrider); !ok {
-				t.Skip("the store keeps no overrides (keycap.Overrider)")
-			}
-			tc.fn(t, open)
+	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Overrider); return ok },
+		"the store keeps no overrides (keycap.Overrider)", []namedTest{
+			{"SetListDeleteWithVersions", testOverrideCRUD},
+			{"ExpiresByItself", testOverrideTTL},
+			{"TakesEffectOnEveryClient", testOverrideAcross},
 		})
-	}
 }
 
 func overrider(s keycap.Store) keycap.Overrider { return s.(keycap.Overrider) }

@@ -15,29 +15,19 @@ import (
 
 // testLines runs the wait-line tests on a keycap.Liner.
 func testLines(t *testing.T, ns Namespace) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, open func() keycap.Store)
-	}{
-		{"ArrivalOrder", testArrivalOrder},
-		{"FreshCallersDoNotOvertake", testNoOvertaking},
-		{"AbandonedTicketExpires", testAbandonedTicket},
-		{"UnclaimedHandoffPassesOn", testUnclaimedHandoff},
-		{"DequeuePassesTheSlotOn", testDequeue},
-		{"LargerMaxServesSeveral", testLargerMax},
-		{"ExpiryFoundByAnyCallHandsOn", testExpiryHandsOn},
-		{"NotifiesTheWaiter", testNotifies},
-		{"WaitersAcrossClientsInOrder", testOrderAcrossClients},
-		{"NeverOverMaxUnderContention", testLineContention},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			open := ns(t)
-			if _, ok := open().(keycap.Liner); !ok {
-				t.Skip("the store keeps no wait line (keycap.Liner)")
-			}
-			tc.fn(t, open)
+	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Liner); return ok },
+		"the store keeps no wait line (keycap.Liner)", []namedTest{
+			{"ArrivalOrder", testArrivalOrder},
+			{"FreshCallersDoNotOvertake", testNoOvertaking},
+			{"AbandonedTicketExpires", testAbandonedTicket},
+			{"UnclaimedHandoffPassesOn", testUnclaimedHandoff},
+			{"DequeuePassesTheSlotOn", testDequeue},
+			{"LargerMaxServesSeveral", testLargerMax},
+			{"ExpiryFoundByAnyCallHandsOn", testExpiryHandsOn},
+			{"NotifiesTheWaiter", testNotifies},
+			{"WaitersAcrossClientsInOrder", testOrderAcrossClients},
+			{"NeverOverMaxUnderContention", testLineContention},
 		})
-	}
 }
 
 var longTicket = keycap.Ticket{TTL: time.Minute, Claim: time.Minute}

@@ -13,34 +13,24 @@ import (
 
 // testShares runs the weight and parent tests on a keycap.Sharer.
 func testShares(t *testing.T, ns Namespace) {
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, open func() keycap.Store)
-	}{
-		{"WeightCountsSlots", testWeightCounts},
-		{"WeightedWaiterHoldsTheHead", testWeightedHead},
-		{"WeightedRenewAndRelease", testWeightedRenew},
-		{"ParentCapsTheTotal", testParentCaps},
-		{"FreedSlotGoesToTheKeyBelowItsShare", testFairHandoff},
-		{"SharesSplitTheFreedSlots", testShareSplit},
-		{"MinimumIsServedFirst", testMinimum},
-		{"FreshCallersDoNotOvertakeAFairerKey", testFairNoOvertaking},
-		{"ExpiryInAnyKeyHandsOn", testKidExpiry},
-		{"LapsedLeasesFreeTheirKey", testKidLapsed},
-		{"NotifiesOnTheParent", testParentNotifies},
-		{"KidLeaseRenewal", testKidRenew},
-		{"FreedSlotIsKeptForAFairerKey", testKeep},
-		{"KeptSlotPassesOnWhenNotTaken", testKeepExpires},
-		{"ParentNeverOverUnderContention", testParentContention},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			open := ns(t)
-			if _, ok := open().(keycap.Sharer); !ok {
-				t.Skip("the store keeps no weights or parents (keycap.Sharer)")
-			}
-			tc.fn(t, open)
+	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Sharer); return ok },
+		"the store keeps no weights or parents (keycap.Sharer)", []namedTest{
+			{"WeightCountsSlots", testWeightCounts},
+			{"WeightedWaiterHoldsTheHead", testWeightedHead},
+			{"WeightedRenewAndRelease", testWeightedRenew},
+			{"ParentCapsTheTotal", testParentCaps},
+			{"FreedSlotGoesToTheKeyBelowItsShare", testFairHandoff},
+			{"SharesSplitTheFreedSlots", testShareSplit},
+			{"MinimumIsServedFirst", testMinimum},
+			{"FreshCallersDoNotOvertakeAFairerKey", testFairNoOvertaking},
+			{"ExpiryInAnyKeyHandsOn", testKidExpiry},
+			{"LapsedLeasesFreeTheirKey", testKidLapsed},
+			{"NotifiesOnTheParent", testParentNotifies},
+			{"KidLeaseRenewal", testKidRenew},
+			{"FreedSlotIsKeptForAFairerKey", testKeep},
+			{"KeptSlotPassesOnWhenNotTaken", testKeepExpires},
+			{"ParentNeverOverUnderContention", testParentContention},
 		})
-	}
 }
 
 func sharer(s keycap.Store) keycap.Sharer { return s.(keycap.Sharer) }

@@ -113,6 +113,26 @@ func Run(t *testing.T, ns Namespace, opts ...Option) {
 	}
 }
 
+// namedTest is one test of a group.
+type namedTest struct {
+	name string
+	fn   func(t *testing.T, open func() keycap.Store)
+}
+
+// runGroup runs each test on a fresh namespace of its own, skipped, saying
+// why, when the store lacks the capability the group checks (has).
+func runGroup(t *testing.T, ns Namespace, has func(keycap.Store) bool, why string, tests []namedTest) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			open := ns(t)
+			if !has(open()) {
+				t.Skip(why)
+			}
+			tc.fn(t, open)
+		})
+	}
+}
+
 // testGrantsEverything checks a store that turns limits off: every call
 // answers, every acquire past any max and every renewal is granted, nothing
 // is paused or paced, and a Limiter on it grants and reports balanced
