@@ -19,6 +19,10 @@ import (
 
 const testToken = "0123456789abcdef-admin"
 
+// adminClient bounds every request of these tests: a gateway that stops
+// answering fails the test in seconds.
+var adminClient = &http.Client{Timeout: 10 * time.Second}
+
 // heldUpstream answers /hold/... once released, and tells when each request
 // arrived: the requests in flight the admin API counts.
 type heldUpstream struct {
@@ -50,7 +54,7 @@ func (u *heldUpstream) hold(t *testing.T, url, user, id string) <-chan int {
 		req, _ := http.NewRequest(http.MethodGet, url+"/hold", nil)
 		req.Header.Set("X-User", user)
 		req.Header.Set("X-Request-Id", id)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req) // held up to 20 s by the upstream
 		if err != nil {
 			done <- 0
 			return
@@ -88,7 +92,7 @@ func adminDo(t *testing.T, method, url, token string, body any) (int, []byte) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +144,7 @@ func TestAdminAPIIsBehindItsToken(t *testing.T) {
 		}
 	}
 	// The page sends a browser without the cookie to the login form.
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noRedirect.Get(g.admin + "/admin/")
 	if err != nil {
 		t.Fatal(err)
