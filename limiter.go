@@ -415,8 +415,14 @@ func (l *Limiter) undo(ls *Lease) {
 	}
 }
 
-// releaseSlot frees one slot in the store and wakes a local waiter.
+// releaseSlot frees one slot in the store and wakes a local waiter. On a
+// store that releases asynchronously (AsyncReleaser), a plain limit's slot
+// is freed without waiting: the waiter is woken when the store has freed it.
 func (l *Limiter) releaseSlot(owner Owner, s *slot) {
+	if l.releaser.async != nil && s.limit.plain() {
+		l.releaser.send(s.limit, owner, s.deadline)
+		return
+	}
 	ctx, cancel := l.bound(context.Background(), l.budgetOf(s.limit))
 	err := l.releaseIn(ctx, &s.limit, owner, false)
 	cancel()

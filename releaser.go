@@ -17,7 +17,14 @@ const maxPendingReleases = 100_000
 // whole TTL. A release is retried with a growing interval until it succeeds
 // or its lease would have expired anyway.
 type releaser struct {
-	l *Limiter
+	l     *Limiter
+	async AsyncReleaser // nil: releases wait for the store
+
+	// Releases sent with ReleaseAsync and not answered yet: Close waits for
+	// them.
+	inflightMu sync.Mutex
+	inflight   int
+	drained    chan struct{} // closed when inflight falls to 0 after Close began
 
 	mu      sync.Mutex
 	pending []pendingRelease
@@ -36,6 +43,7 @@ type pendingRelease struct {
 
 func (r *releaser) init(l *Limiter) {
 	r.l = l
+	r.async, _ = l.store.(AsyncReleaser)
 	r.wake = make(chan struct{}, 1)
 	r.stop = make(chan struct{})
 	r.done = make(chan struct{})
@@ -116,8 +124,49 @@ func (r *releaser) flush() bool {
 	return len(again) == 0
 }
 
+// send frees owner's slot of lim, which expires in the store at until,
+// without waiting for the store's answer: a failure is retried as one that
+// was waited for, and local waiters are woken once the slot is free.
+func (r *releaser) send(lim Limit, owner Owner, until time.Duration) {
+	r.inflightMu.Lock()
+	r.inflight++
+	r.inflightMu.Unlock()
+	l := r.l
+	r.async.ReleaseAsync(lim.pool, owner, l.budgetOf(lim), func(err error) {
+		if err != nil {
+			l.storeFailed(lim, err)
+			r.retry(lim, owner, until)
+		} else {
+			l.storeAnswered(lim.home())
+		}
+		l.waiters.wake(lim.pool)
+		r.inflightMu.Lock()
+		r.inflight--
+		if r.inflight == 0 && r.drained != nil {
+			close(r.drained)
+			r.drained = nil
+		}
+		r.inflightMu.Unlock()
+	})
+}
+
+// drain waits for the releases in flight: each is answered, or fails,
+// within its budget.
+func (r *releaser) drain() {
+	r.inflightMu.Lock()
+	if r.inflight == 0 {
+		r.inflightMu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	r.drained = ch
+	r.inflightMu.Unlock()
+	<-ch
+}
+
 // close stops the loop after one last try of what is pending.
 func (r *releaser) close() {
+	r.drain()
 	r.mu.Lock()
 	r.stopped = true
 	running := r.running

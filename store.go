@@ -36,6 +36,21 @@ type Store interface {
 	Renew(ctx context.Context, batch []Renewal) error
 }
 
+// AsyncReleaser is a Store that can free a lease without its caller
+// waiting for the reply: the Limiter then takes a release off its caller's
+// path (an HTTP handler's, a job's), so a request costs one blocking round
+// trip, the acquire. Implemented by redisstore.
+type AsyncReleaser interface {
+	// ReleaseAsync starts Release(pool, owner) and returns at once. done is
+	// called once with its outcome, on a goroutine of the store's, and must
+	// not block. A call the store receives after ReleaseAsync returns is
+	// applied after the release (an Acquire of the same pool by the same
+	// process finds the slot free). A release not sent within budget (0: no
+	// bound but the store's own timeouts) is not sent; done then has an
+	// error.
+	ReleaseAsync(pool PoolID, owner Owner, budget time.Duration, done func(error))
+}
+
 // NonBlocking is a Store whose calls never wait on anything outside the
 // process. The decision budget does not apply to it: the Limiter gives its
 // calls no deadline, and saves the cost of one. Implemented by memstore and

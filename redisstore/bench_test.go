@@ -157,42 +157,6 @@ func BenchmarkRoundTrips(b *testing.B) {
 	}
 }
 
-// BenchmarkPairsVsPing measures acquire+release pairs per second against
-// local Redis, at 1, 8 and 64 goroutines, beside the same client's PING rate
-// at the same concurrency, measured in the same benchmark in alternating
-// rounds. The metric pairs/ping is the ratio of the two rates. A pair
-// costs two round trips, so 0.5 is the physical ceiling.
-func BenchmarkPairsVsPing(b *testing.B) {
-	for _, g := range []int{1, 8, 64} {
-		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			c := testenv.Redis(b)
-			s := newStore(b, c, testenv.Prefix(b, c))
-			ctx := context.Background()
-			// One pool per goroutine, with room: the row measures the
-			// operations, not contention.
-			pools := make([]keycap.PoolID, g)
-			for i := range pools {
-				pools[i] = keycap.NewPoolID("pairs", fmt.Sprint(i))
-			}
-			ping := func(int) error { return c.Ping(ctx).Err() }
-			pair := func(w int) error {
-				o := keycap.NewOwner()
-				ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
-				if err != nil || !ok {
-					return fmt.Errorf("acquire: %v %v", ok, err)
-				}
-				return s.Release(ctx, pools[w], o)
-			}
-			// 200 of each first warm the connection pool.
-			t := testkit.Alternate(b, g, max(g*50, 500), 200, ping, pair)
-			pingTime, pairTime := t[0], t[1]
-			b.ReportMetric(float64(pingTime.Nanoseconds())/float64(pairTime.Nanoseconds()), "pairs/ping")
-			b.ReportMetric(float64(b.N)/pairTime.Seconds(), "pairs/s")
-			b.ReportMetric(float64(b.N)/pingTime.Seconds(), "pings/s")
-		})
-	}
-}
-
 // BenchmarkHungRedis measures one decision against a Redis frozen with
 // SIGSTOP, with the Limiter's default decision budget and without one (the
 // client's own timeouts, go-redis's defaults: a 3 s read timeout, retried 3

@@ -109,6 +109,7 @@ type Store struct {
 	acks    int           // WithReplicaAcks: replicas that must acknowledge a grant
 	ackWait time.Duration // ...within this
 	hub     hub           // Notify's subscriptions
+	queues  queues        // the pipelines of each node's decisions (batch.go)
 }
 
 var (
@@ -119,6 +120,8 @@ var (
 	_ keycap.Syncer = (*Store)(nil)
 	_ keycap.Liner  = (*Store)(nil)
 	_ keycap.Sharer = (*Store)(nil)
+
+	_ keycap.AsyncReleaser = (*Store)(nil)
 
 	_ keycap.Notifier    = (*Store)(nil)
 	_ keycap.Partitioner = (*Store)(nil)
@@ -194,6 +197,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{client: client, rates: redis_rate.NewLimiter(client), prefix: c.prefix, acks: c.acks, ackWait: c.ackWait}
 	s.cluster, _ = client.(*redis.ClusterClient)
 	s.hub.init(s)
+	s.queues.init(s)
 	if s.cluster != nil {
 		go s.slots.refresh(s.cluster)
 	}
@@ -257,15 +261,24 @@ func ms(d time.Duration) int64 {
 }
 
 // Acquire implements keycap.Store: one EVALSHA (and, with WithReplicaAcks,
-// a WAIT in the same round trip).
+// a WAIT in the same round trip), pipelined with the node's other
+// decisions of the moment (batch.go).
 func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
 	if s.acks > 0 {
 		return s.acquireAcked(ctx, pool, owner, max, ttl)
 	}
 	keys, channel := s.names(pool)
-	n, err := acquireScript.Run(ctx, s.client, keys, owner[:], max, ms(ttl), channel).Int()
+	cmd := evalsha(acquireScript, keys, owner[:], max, ms(ttl), channel)
+	err := s.do(ctx, pool, true, cmd)
+	if err == nil {
+		err = cmd.Err()
+	}
 	if err != nil {
 		s.failed(err)
+		return false, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	n, err := cmd.Int()
+	if err != nil {
 		return false, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	return n == 1, nil
@@ -355,18 +368,72 @@ func (s *Store) checkAcked(ctx context.Context, pool keycap.PoolID, owner keycap
 // the slot; a caller that queues after it finds the slot free.
 func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
 	keys, channel := s.names(pool)
-	var waiting *redis.IntCmd
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, keys[0], owner[:])
-		waiting = p.Exists(ctx, keys[1])
-		return nil
-	})
+	zrem, waiting := releaseCmds(keys, owner)
+	err := s.do(ctx, pool, false, zrem, waiting)
+	if err == nil {
+		err = errOf(zrem, waiting)
+	}
 	if err == nil && waiting.Val() == 1 {
-		err = releaseScript.Run(ctx, s.client, keys, owner[:], 0, channel).Err()
+		hand := evalsha(releaseScript, keys, owner[:], 0, channel)
+		if err = s.do(ctx, pool, true, hand); err == nil {
+			err = hand.Err()
+		}
 	}
 	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	return nil
+}
+
+// ReleaseAsync implements keycap.AsyncReleaser: Release's commands join the
+// node's next pipeline, and done is called with the outcome once they have
+// their replies (on the node's sender: done must not block). A call the
+// store receives after ReleaseAsync returns reaches Redis after the
+// release. Not sent once budget has passed (0: no bound but the client's
+// timeouts); done then has a deadline error.
+func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
+	keys, channel := s.names(pool)
+	zrem, waiting := releaseCmds(keys, owner)
+	o := &op{cmds: []redis.Cmder{zrem, waiting}}
+	if budget > 0 {
+		o.deadline = time.Now().Add(budget)
+	}
+	q := s.queues.of(s, pool)
+	finish := func(err error) {
+		if err != nil {
+			s.failed(err)
+			err = fmt.Errorf("redisstore: release: %w", err)
+		}
+		done(err)
+	}
+	o.then = func(o *op) {
+		if err := o.err(); err != nil || waiting.Val() != 1 {
+			finish(err)
+			return
+		}
+		// Someone waits: hand the slot on in the next pipeline.
+		hand := &op{cmds: []redis.Cmder{evalsha(releaseScript, keys, owner[:], 0, channel)}, script: true, deadline: o.deadline}
+		hand.then = func(h *op) { finish(h.err()) }
+		q.submit(hand)
+	}
+	q.submit(o)
+}
+
+// releaseCmds returns the commands that free owner's lease of the pool of
+// keys and tell whether its line holds tickets.
+func releaseCmds(keys []string, owner keycap.Owner) (zrem, waiting *redis.IntCmd) {
+	zrem = redis.NewIntCmd(context.Background(), "zrem", keys[0], owner[:])
+	waiting = redis.NewIntCmd(context.Background(), "exists", keys[1])
+	return zrem, waiting
+}
+
+// errOf returns the first error of cmds.
+func errOf(cmds ...redis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -385,7 +452,10 @@ func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owne
 			res, err = run.Int64Slice()
 		}
 	} else {
-		res, err = queueScript.Run(ctx, s.client, keys, args...).Int64Slice()
+		cmd := evalsha(queueScript, keys, args...)
+		if err = s.do(ctx, pool, true, cmd); err == nil {
+			res, err = cmd.Int64Slice()
+		}
 		if err != nil {
 			s.failed(err)
 		}
@@ -407,7 +477,12 @@ func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owne
 // Dequeue implements keycap.Liner: one EVALSHA.
 func (s *Store) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
 	keys, channel := s.names(pool)
-	if err := releaseScript.Run(ctx, s.client, keys, owner[:], 1, channel).Err(); err != nil {
+	cmd := evalsha(releaseScript, keys, owner[:], 1, channel)
+	err := s.do(ctx, pool, true, cmd)
+	if err == nil {
+		err = cmd.Err()
+	}
+	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: dequeue: %w", err)
 	}

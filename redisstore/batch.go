@@ -1,0 +1,256 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+)
+
+// Decisions bound for one Redis node travel together: every Acquire,
+// Release, Queue and Dequeue is an op on its node's queue, and each queue
+// sends what has gathered as one pipeline, one pipeline at a time. Nothing
+// waits for company: an op that finds its queue idle leaves at once (one
+// round trip, as unbatched), and the ops that arrive while a pipeline is in
+// flight leave together when it returns. Under load a pipeline carries as
+// many decisions as arrived during one round trip, so the rate of decisions
+// is bounded by Redis's time per script, not by round trips.
+//
+// One pipeline at a time per node also keeps a store's calls in order: a
+// call made after another (a release, then an acquire of the same pool)
+// reaches Redis after it, even when the first one's caller did not wait for
+// its reply (ReleaseAsync).
+
+// op is one call's commands, run in order in one pipeline.
+type op struct {
+	cmds   []redis.Cmder
+	script bool // cmds[0] is an EVALSHA: reloaded and retried on NOSCRIPT
+
+	ctx      context.Context // the caller's, nil for an async op: an op whose caller left is not sent
+	deadline time.Time       // an async op's: not sent after it
+
+	done chan struct{} // closed once cmds hold their replies, when then is nil
+	then func(o *op)   // else called, on the queue's goroutine; it must not block
+}
+
+// failed returns why o is not worth sending: its caller left, or its
+// deadline passed.
+func (o *op) failed(now time.Time) error {
+	if o.ctx != nil {
+		return o.ctx.Err()
+	}
+	if !o.deadline.IsZero() && !now.Before(o.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// finish hands o's replies to its caller.
+func (o *op) finish() {
+	if o.then != nil {
+		o.then(o)
+		return
+	}
+	close(o.done)
+}
+
+// err returns the first error among o's replies.
+func (o *op) err() error { return errOf(o.cmds...) }
+
+// wait waits for o's replies, or for ctx to end.
+func (o *op) wait(ctx context.Context) error {
+	select {
+	case <-o.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// queue gathers the ops bound for one node.
+type queue struct {
+	s *Store
+
+	mu      sync.Mutex
+	ops     []*op
+	running bool
+}
+
+// queues maps a cluster's slot ranges to their queues.
+type queues struct {
+	single queue // a single Redis, a Sentinel's master, a Ring; a cluster's until its ranges are known
+
+	mu     sync.RWMutex
+	byName map[string]*queue
+}
+
+func (qs *queues) init(s *Store) { qs.single.s = s }
+
+// of returns the queue of pool's node.
+func (qs *queues) of(s *Store, pool keycap.PoolID) *queue {
+	if s.cluster == nil {
+		return &qs.single
+	}
+	name := s.slots.of(slotOf(pool))
+	if name == "" {
+		return &qs.single
+	}
+	qs.mu.RLock()
+	q := qs.byName[name]
+	qs.mu.RUnlock()
+	if q != nil {
+		return q
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q = qs.byName[name]; q == nil {
+		if qs.byName == nil {
+			qs.byName = make(map[string]*queue)
+		}
+		q = &queue{s: s}
+		qs.byName[name] = q
+	}
+	return q
+}
+
+// submit queues o, and starts the queue's sender unless it runs.
+func (q *queue) submit(o *op) {
+	q.mu.Lock()
+	q.ops = append(q.ops, o)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		go q.run()
+	}
+}
+
+// run sends what has gathered, one pipeline at a time, until nothing is
+// left.
+func (q *queue) run() {
+	pipe := q.s.client.Pipeline()
+	var batch []*op
+	for {
+		q.mu.Lock()
+		batch, q.ops = q.ops, batch[:0]
+		if len(batch) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		q.send(pipe, batch)
+		clear(batch)
+	}
+}
+
+// send runs batch's ops in one pipeline and finishes each.
+func (q *queue) send(pipe redis.Pipeliner, batch []*op) {
+	now := time.Now()
+	var latest time.Time
+	bounded := true
+	live := batch[:0]
+	for _, o := range batch {
+		if err := o.failed(now); err != nil {
+			for _, c := range o.cmds {
+				c.SetErr(err)
+			}
+			o.finish()
+			continue
+		}
+		live = append(live, o)
+		dl, ok := o.deadline, !o.deadline.IsZero()
+		if o.ctx != nil {
+			dl, ok = o.ctx.Deadline()
+		}
+		if !ok {
+			bounded = false
+		} else if dl.After(latest) {
+			latest = dl
+		}
+		_ = pipe.BatchProcess(context.Background(), o.cmds...)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The pipeline ends when its last caller stops waiting; one that waits
+	// without a deadline is bounded by the client's read and write timeouts.
+	ctx, cancel := context.Background(), noCancel
+	if bounded {
+		ctx, cancel = context.WithDeadline(ctx, latest)
+	}
+	defer cancel()
+	_, _ = pipe.Exec(ctx)
+
+	var again []*op
+	for _, o := range live {
+		if o.script && redis.HasErrorPrefix(o.cmds[0].Err(), "NOSCRIPT") {
+			again = append(again, o)
+			continue
+		}
+		o.finish()
+	}
+	if len(again) == 0 {
+		return
+	}
+	// Redis lost its scripts (a restart, SCRIPT FLUSH): load them, and try
+	// the ops that met it once more.
+	if err := q.s.loadScripts(ctx); err != nil {
+		for _, o := range again {
+			o.cmds[0].SetErr(errors.Join(o.cmds[0].Err(), err))
+			o.finish()
+		}
+		return
+	}
+	for _, o := range again {
+		for _, c := range o.cmds {
+			c.SetErr(nil)
+		}
+		_ = pipe.BatchProcess(context.Background(), o.cmds...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, o := range again {
+		o.finish()
+	}
+}
+
+func noCancel() {}
+
+// evalsha returns the command that runs script on keys with args, ready for
+// a pipeline.
+func evalsha(script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(context.Background(), a...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// do runs cmds, in order, in the next pipeline to pool's node, and waits
+// for their replies or for ctx to end. script says that cmds[0] is an
+// evalsha.
+func (s *Store) do(ctx context.Context, pool keycap.PoolID, script bool, cmds ...redis.Cmder) error {
+	o := &op{cmds: cmds, script: script, ctx: ctx, done: make(chan struct{})}
+	s.queues.of(s, pool).submit(o)
+	if err := o.wait(ctx); err != nil {
+		return err
+	}
+	if errOf(cmds...) != nil {
+		// The pipeline lasts until its last caller's deadline: when it
+		// failed at or past ours, report our context's end, as a call made
+		// with ctx would (its timer may lag the pipeline's by a moment).
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
+)
+
+// BenchmarkPairsVsPing measures acquire+release pairs per second on one
+// Redis and on the cluster, at 1, 8 and 64 goroutines, beside the same
+// client's PING rate at the same concurrency, in alternating rounds of one
+// benchmark. pairs/ping is the ratio of the two rates for the store's own
+// calls (each waits for its reply: two round trips unbatched, so 0.5 was the
+// ceiling), limiter-pairs/ping for Limiter.Acquire and Lease.Release (whose
+// release does not wait). Each goroutine has a pool of its own, with room:
+// the rows measure the operations, not contention.
+func BenchmarkPairsVsPing(b *testing.B) {
+	for _, store := range []struct {
+		name string
+		open func(testing.TB) redis.UniversalClient
+	}{
+		{"redis", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
+		{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
+	} {
+		for _, g := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", store.name, g), func(b *testing.B) {
+				c := store.open(b)
+				s := newStore(b, c, testenv.Prefix(b, c))
+				l, err := keycap.NewLimiter(s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				ctx := context.Background()
+				pools := make([]keycap.PoolID, g)
+				limits := make([]keycap.Limit, g)
+				for i := range pools {
+					pools[i] = keycap.NewPoolID("pairs", fmt.Sprint(i))
+					limits[i] = keycap.MustLimit("pairs-limiter", fmt.Sprint(i), 1)
+				}
+				ping := func(int) error { return c.Ping(ctx).Err() }
+				pair := func(w int) error {
+					o := keycap.NewOwner()
+					ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
+					if err != nil || !ok {
+						return fmt.Errorf("acquire: %v %v", ok, err)
+					}
+					return s.Release(ctx, pools[w], o)
+				}
+				limiterPair := func(w int) error {
+					ls, err := l.Acquire(ctx, limits[w])
+					if err != nil {
+						return err
+					}
+					ls.Release()
+					return nil
+				}
+				// 200 of each first warm the connection pool.
+				t := testkit.Alternate(b, g, max(g*50, 500), 200, ping, pair, limiterPair)
+				b.ReportMetric(float64(t[0])/float64(t[1]), "pairs/ping")
+				b.ReportMetric(float64(t[0])/float64(t[2]), "limiter-pairs/ping")
+				b.ReportMetric(float64(b.N)/t[1].Seconds(), "pairs/s")
+				b.ReportMetric(float64(b.N)/t[0].Seconds(), "pings/s")
+			})
+		}
+	}
+}
+
+// BenchmarkPairLatency measures one goroutine's acquire+release pairs on one
+// Redis, one at a time, and reports the median and 99th percentile of a
+// pair's time: batching must not make a lone caller slower. store- is the
+// store's own calls, limiter- Limiter.Acquire and Lease.Release (in the
+// Limiter, whose release does not wait, a pair is about one round trip).
+func BenchmarkPairLatency(b *testing.B) {
+	c := testenv.Redis(b)
+	s := newStore(b, c, testenv.Prefix(b, c))
+	l, err := keycap.NewLimiter(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	pool := keycap.NewPoolID("latency", "k")
+	lim := keycap.MustLimit("latency-limiter", "k", 1)
+	storeTimes := make([]time.Duration, 0, 1<<14)
+	limiterTimes := make([]time.Duration, 0, 1<<14)
+	for b.Loop() {
+		start := time.Now()
+		o := keycap.NewOwner()
+		if ok, err := s.Acquire(ctx, pool, o, 1, time.Minute); err != nil || !ok {
+			b.Fatalf("acquire: %v %v", ok, err)
+		}
+		if err := s.Release(ctx, pool, o); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		ls, err := l.Acquire(ctx, lim)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ls.Release()
+		end := time.Now()
+		storeTimes = append(storeTimes, mid.Sub(start))
+		limiterTimes = append(limiterTimes, end.Sub(mid))
+	}
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{{"store", storeTimes}, {"limiter", limiterTimes}} {
+		slices.Sort(m.d)
+		b.ReportMetric(float64(m.d[len(m.d)/2].Microseconds()), m.name+"-p50-µs")
+		b.ReportMetric(float64(m.d[len(m.d)*99/100].Microseconds()), m.name+"-p99-µs")
+	}
+}
