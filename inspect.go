@@ -367,7 +367,7 @@ func (l *Limiter) Inspect(ctx context.Context, q Inspection) (*Report, error) {
 			if ll, ok := local.leases[h.Owner]; ok {
 				hr.Here, hr.Node, hr.Label = true, l.nodeName, ll.label
 				if !ll.member {
-					hr.Age = l.now() - ll.acquired
+					hr.Age = l.precise() - ll.acquired
 				}
 			} else if node, at, ok := h.Owner.Stamp(); ok {
 				hr.Age = max(time.Since(at), 0)

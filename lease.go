@@ -168,7 +168,7 @@ func (ls *Lease) release(reported int) {
 	if l.observer == nil {
 		return
 	}
-	held := l.now() - ls.acquired
+	held := l.precise() - ls.acquired
 	for i := range ls.slots {
 		if s := &ls.slots[i]; s.held {
 			if reported == 0 {

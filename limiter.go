@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/keycap/keycap/internal/coarse"
 )
 
 // BudgetError is a store call that did not answer within its decision
@@ -35,9 +37,10 @@ type Limiter struct {
 	observer Observer
 	failMode FailMode
 	budget   time.Duration
-	blocks   bool        // the store's calls may wait: they get the budget as a deadline
-	parts    Partitioner // nil: the store is one partition
-	base     time.Time   // origin of the monotonic clock (now)
+	blocks   bool          // the store's calls may wait: they get the budget as a deadline
+	parts    Partitioner   // nil: the store is one partition
+	base     time.Time     // origin of the monotonic clock (now), as a wall time
+	origin   time.Duration // ... on the coarse clock
 	poll     func() time.Duration
 
 	outages  outages
@@ -96,7 +99,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("keycap: NewLimiter: store is nil")
 	}
-	l := &Limiter{store: store, failMode: FailOpen, budget: DefaultBudget, base: time.Now(), poll: pollInterval}
+	l := &Limiter{store: store, failMode: FailOpen, budget: DefaultBudget, base: time.Now(), origin: coarse.Precise(), poll: pollInterval}
 	l.outages.quiet = DefaultRecoverAfter
 	for _, o := range opts {
 		if o.apply != nil {
@@ -160,8 +163,15 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// now reads the monotonic clock.
-func (l *Limiter) now() time.Duration { return time.Since(l.base) }
+// now reads the monotonic clock: the process's coarse clock (one atomic
+// load, at most about a millisecond behind), which times renewals and
+// deadlines early rather than late.
+func (l *Limiter) now() time.Duration { return coarse.Now() - l.origin }
+
+// precise reads the precise clock on now's scale, for the durations events
+// report: a duration from a now to a precise is never short, and at most
+// about a millisecond long.
+func (l *Limiter) precise() time.Duration { return coarse.Precise() - l.origin }
 
 // Acquire takes one slot of every limit, or none: when a limit refuses, the
 // slots already taken are released before Acquire returns. The lease it
@@ -313,7 +323,7 @@ func (l *Limiter) waitFor(ctx context.Context, ls *Lease, wait, start time.Durat
 			l.admit(ctx, ls, now-start)
 			return ls, nil
 		}
-		waited := l.now() - start
+		waited := l.precise() - start
 		if waited >= wait {
 			l.refused(ctx, *refused, waited)
 			return nil, &LimitError{Limit: *refused, Waited: waited}

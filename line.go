@@ -83,7 +83,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			now = l.now()
 			continue
 		}
-		waited := l.now() - start
+		waited := l.precise() - start
 		if waited >= wait && park != nil && left > 0 {
 			now = l.now() // once more, with the parking ticket
 			continue

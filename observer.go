@@ -82,7 +82,10 @@ type Event struct {
 
 	Waited time.Duration // SlotAcquired, LimitExceeded
 	Held   time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
-	Count  int           // GhostsDropped
+
+	// Waited and Held start from a clock that ticks every millisecond: each
+	// may be up to about a millisecond long, never short.
+	Count int // GhostsDropped
 
 	Node     string // StoreFailed, StoreRecovered: the store's partition
 	Failures int64  // StoreRecovered: failed calls during the outage

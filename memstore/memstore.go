@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/coarse"
 )
 
 const shards = 256
@@ -28,7 +29,9 @@ const sweepEvery = time.Second
 
 // Store is an in-process keycap.Store. The zero value is not usable; call New.
 type Store struct {
-	clock  func() time.Duration
+	clock  func() time.Duration // precise: pauses, paces, marks, inspection
+	fast   func() time.Duration // leases: the coarse clock, or clock when set by WithClock
+	slack  time.Duration        // added to a lease's expiry: the fast clock's lag
 	shards [shards]shard
 	hub    hub
 	ov     overrides
@@ -42,7 +45,12 @@ type shard struct {
 	rates     map[keycap.PoolID]time.Duration // GCRA theoretical arrival time
 	parents   map[keycap.PoolID]*parent
 	lastSweep time.Duration
-	_         [64 - 56]byte // keep shards on separate cache lines
+
+	// The pool used last: an acquire and its release find it with one map
+	// lookup between them.
+	lastID   keycap.PoolID
+	lastPool *pool
+	_        [128 - 80]byte // keep shards on separate cache lines
 }
 
 type mark struct{ start, expires time.Duration }
@@ -79,13 +87,18 @@ type Option struct{ apply func(*Store) }
 
 // WithClock replaces the store's clock, a monotonic duration since an
 // arbitrary origin. It is meant for tests that move time by hand.
-func WithClock(now func() time.Duration) Option { return Option{func(s *Store) { s.clock = now }} }
+func WithClock(now func() time.Duration) Option {
+	return Option{func(s *Store) { s.clock, s.fast, s.slack = now, now, 0 }}
+}
 
 // New returns an empty store.
+//
+// Leases are timed by a coarse clock, read with one atomic load and
+// refreshed every millisecond while the store is used (internal/coarse): a
+// lease's expiry is set one tick later than asked, so that it never lives
+// shorter than its TTL, and may outlive it by up to about 2 ms.
 func New(opts ...Option) *Store {
-	s := &Store{}
-	base := time.Now()
-	s.clock = func() time.Duration { return time.Since(base) }
+	s := &Store{clock: coarse.Precise, fast: coarse.Now, slack: coarse.Tick}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(s)
@@ -119,18 +132,37 @@ func (s *Store) NonBlocking() {}
 
 func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[15]] }
 
+// find returns pool p, or nil. The caller holds sh.mu.
+func (sh *shard) find(p keycap.PoolID) *pool {
+	if sh.lastPool != nil && sh.lastID == p {
+		return sh.lastPool
+	}
+	pl := sh.pools[p]
+	if pl != nil {
+		sh.lastID, sh.lastPool = p, pl
+	}
+	return pl
+}
+
+// pool returns pool p, made if missing. The caller holds sh.mu.
+func (sh *shard) pool(p keycap.PoolID) *pool {
+	if pl := sh.find(p); pl != nil {
+		return pl
+	}
+	pl := &pool{}
+	sh.pools[p] = pl
+	sh.lastID, sh.lastPool = p, pl
+	return pl
+}
+
 // Acquire implements keycap.Store. It never blocks and ignores ctx.
 func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	now := s.clock()
+	now := s.fast()
 	sh := s.shard(p)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
-	pl := sh.pools[p]
-	if pl == nil {
-		pl = &pool{}
-		sh.pools[p] = pl
-	}
-	ok, granted := pl.acquire(owner, 1, max, now, now+ttl)
+	pl := sh.pool(p)
+	ok, granted := pl.acquire(owner, 1, max, now, now+ttl+s.slack)
 	sh.mu.Unlock()
 	if granted != nil {
 		s.hub.notify(p, granted)
@@ -143,12 +175,12 @@ func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) 
 	sh := s.shard(p)
 	sh.mu.Lock()
 	var granted []keycap.Owner
-	if pl := sh.pools[p]; pl != nil {
+	if pl := sh.find(p); pl != nil {
 		if i := pl.find(owner); i >= 0 {
 			pl.remove(i)
 		}
 		if len(pl.line) > 0 { // only then is the clock read
-			now := s.clock()
+			now := s.fast()
 			pl.expire(now)
 			granted = pl.fill(now)
 		}
@@ -162,16 +194,12 @@ func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) 
 
 // Queue implements keycap.Liner. It never blocks and ignores ctx.
 func (s *Store) Queue(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
-	now := s.clock()
+	now := s.fast()
 	sh := s.shard(p)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
-	pl := sh.pools[p]
-	if pl == nil {
-		pl = &pool{}
-		sh.pools[p] = pl
-	}
-	ok, granted := pl.acquire(owner, 1, max, now, now+ttl)
+	pl := sh.pool(p)
+	ok, granted := pl.acquire(owner, 1, max, now, now+ttl+s.slack)
 	ahead := 0
 	if ok {
 		pl.dequeue(owner)
@@ -493,6 +521,7 @@ func (sh *shard) maybeSweep(now time.Duration) {
 		return
 	}
 	sh.lastSweep = now
+	sh.lastPool = nil
 	for id, pl := range sh.pools {
 		live := false
 		for _, t := range pl.line {
