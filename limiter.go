@@ -99,7 +99,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("keycap: NewLimiter: store is nil")
 	}
-	l := &Limiter{store: store, failMode: FailOpen, budget: DefaultBudget, base: time.Now(), origin: coarse.Precise(), poll: pollInterval}
+	l := &Limiter{store: store, failMode: FailOpen, budget: DefaultBudget, base: time.Now(), origin: coarse.Now(), poll: pollInterval}
 	l.outages.quiet = DefaultRecoverAfter
 	for _, o := range opts {
 		if o.apply != nil {
@@ -578,7 +578,7 @@ func (l *Limiter) partition(pool PoolID) string {
 // partition that holds lim's pool.
 func (l *Limiter) storeFailed(lim Limit, err error) {
 	part := l.partition(lim.home())
-	if l.outages.failed(part, l.now()) {
+	if l.outages.failed(part, l.precise()) { // outages are timed precisely: they are rare
 		l.emit(Event{Kind: StoreFailed, Limit: lim, Node: part, Err: err})
 	}
 }
@@ -590,8 +590,8 @@ func (l *Limiter) storeAnswered(pool PoolID) {
 		return
 	}
 	part := l.partition(pool)
-	if o, ok := l.outages.answered(part, l.now()); ok {
-		l.emit(Event{Kind: StoreRecovered, Node: part, Held: l.now() - o.since, Failures: o.failures})
+	if o, ok := l.outages.answered(part, l.precise()); ok {
+		l.emit(Event{Kind: StoreRecovered, Node: part, Held: l.precise() - o.since, Failures: o.failures})
 	}
 }
 

@@ -90,8 +90,10 @@ func (r *releaser) loop() {
 	}
 }
 
-// flush tries every pending release once and keeps those that failed and
-// are still worth retrying. It reports whether all succeeded.
+// flush tries the pending releases in turn and keeps those that failed and
+// are still worth retrying; after a failure it tries no more (a store that
+// is down would cost each one its budget) and keeps the rest for the next
+// round. It reports whether all succeeded.
 func (r *releaser) flush() bool {
 	r.mu.Lock()
 	batch := r.pending
@@ -103,7 +105,7 @@ func (r *releaser) flush() bool {
 	l := r.l
 	var again []pendingRelease
 	now := l.now()
-	for _, p := range batch {
+	for i, p := range batch {
 		if now >= p.until {
 			continue // expired in the store by now
 		}
@@ -112,8 +114,8 @@ func (r *releaser) flush() bool {
 		cancel()
 		if err != nil {
 			l.storeFailed(p.limit, err)
-			again = append(again, p)
-			continue
+			again = append(again, batch[i:]...)
+			break
 		}
 		l.storeAnswered(p.limit.home())
 		l.waiters.wake(p.limit.pool)

@@ -51,11 +51,12 @@ func (o *op) failed(now time.Time) error {
 
 // finish hands o's replies to its caller.
 func (o *op) finish() {
-	if o.then != nil {
+	switch {
+	case o.then != nil:
 		o.then(o)
-		return
+	case o.done != nil: // nil for an op its caller sent itself
+		close(o.done)
 	}
-	close(o.done)
 }
 
 // err returns the first error among o's replies.
@@ -152,6 +153,7 @@ func (q *queue) submit(o *op) {
 func (q *queue) lead(ctx context.Context, o *op) bool {
 	q.mu.Lock()
 	if q.running {
+		o.done = make(chan struct{}) // only a queued op is waited for
 		q.ops = append(q.ops, o)
 		q.mu.Unlock()
 		return false
@@ -244,7 +246,7 @@ func (q *queue) exec(ctx context.Context, pipe redis.Pipeliner, ops []*op) {
 	_, _ = pipe.Exec(ctx)
 	var again []*op
 	for _, o := range ops {
-		if o.script && redis.HasErrorPrefix(o.cmds[0].Err(), "NOSCRIPT") {
+		if err := o.cmds[0].Err(); err != nil && o.script && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			again = append(again, o)
 			continue
 		}
@@ -294,13 +296,18 @@ func evalsha(script *redis.Script, keys []string, args ...any) *redis.Cmd {
 // for their replies or for ctx to end. script says that cmds[0] is an
 // evalsha.
 func (s *Store) do(ctx context.Context, pool keycap.PoolID, script bool, cmds ...redis.Cmder) error {
-	o := &op{cmds: cmds, script: script, ctx: ctx, done: make(chan struct{})}
+	return s.run(ctx, pool, &op{cmds: cmds, script: script})
+}
+
+// run runs o's commands as do does.
+func (s *Store) run(ctx context.Context, pool keycap.PoolID, o *op) error {
+	o.ctx = ctx
 	if !s.queues.of(s, pool).lead(ctx, o) {
 		if err := o.wait(ctx); err != nil {
 			return err
 		}
 	}
-	if errOf(cmds...) != nil {
+	if o.err() != nil {
 		// The pipeline lasts until its last caller's deadline: when it
 		// failed at or past ours, report our context's end, as a call made
 		// with ctx would (its timer may lag the pipeline's by a moment).

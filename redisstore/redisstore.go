@@ -267,17 +267,16 @@ func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 	if s.acks > 0 {
 		return s.acquireAcked(ctx, pool, owner, max, ttl)
 	}
-	keys, channel := s.names(pool)
-	cmd := evalsha(acquireScript, keys, owner[:], max, ms(ttl), channel)
-	err := s.do(ctx, pool, true, cmd)
+	c := s.newAcquire(pool, owner, max, ttl)
+	err := s.run(ctx, pool, &c.op)
 	if err == nil {
-		err = cmd.Err()
+		err = c.cmd.Err()
 	}
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	n, err := cmd.Int()
+	n, err := c.cmd.Int()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -367,14 +366,13 @@ func (s *Store) checkAcked(ctx context.Context, pool keycap.PoolID, owner keycap
 // one connection, the EXISTS sees every ticket taken before the ZREM freed
 // the slot; a caller that queues after it finds the slot free.
 func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	keys, channel := s.names(pool)
-	zrem, waiting := releaseCmds(keys, owner)
-	err := s.do(ctx, pool, false, zrem, waiting)
+	c := s.newRelease(pool, owner)
+	err := s.run(ctx, pool, &c.op)
 	if err == nil {
-		err = errOf(zrem, waiting)
+		err = c.op.err()
 	}
-	if err == nil && waiting.Val() == 1 {
-		hand := evalsha(releaseScript, keys, owner[:], 0, channel)
+	if err == nil && c.waiting.Val() == 1 {
+		hand := c.handOn()
 		if err = s.do(ctx, pool, true, hand); err == nil {
 			err = hand.Err()
 		}
@@ -393,9 +391,8 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 // release. Not sent once budget has passed (0: no bound but the client's
 // timeouts); done then has a deadline error.
 func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
-	keys, channel := s.names(pool)
-	zrem, waiting := releaseCmds(keys, owner)
-	o := &op{cmds: []redis.Cmder{zrem, waiting}}
+	c := s.newRelease(pool, owner)
+	o := &c.op
 	if budget > 0 {
 		o.deadline = time.Now().Add(budget)
 	}
@@ -408,24 +405,16 @@ func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time
 		done(err)
 	}
 	o.then = func(o *op) {
-		if err := o.err(); err != nil || waiting.Val() != 1 {
+		if err := o.err(); err != nil || c.waiting.Val() != 1 {
 			finish(err)
 			return
 		}
 		// Someone waits: hand the slot on in the next pipeline.
-		hand := &op{cmds: []redis.Cmder{evalsha(releaseScript, keys, owner[:], 0, channel)}, script: true, deadline: o.deadline}
+		hand := &op{cmds: []redis.Cmder{c.handOn()}, script: true, deadline: o.deadline}
 		hand.then = func(h *op) { finish(h.err()) }
 		q.submit(hand)
 	}
 	q.submit(o)
-}
-
-// releaseCmds returns the commands that free owner's lease of the pool of
-// keys and tell whether its line holds tickets.
-func releaseCmds(keys []string, owner keycap.Owner) (zrem, waiting *redis.IntCmd) {
-	zrem = redis.NewIntCmd(context.Background(), "zrem", keys[0], owner[:])
-	waiting = redis.NewIntCmd(context.Background(), "exists", keys[1])
-	return zrem, waiting
 }
 
 // errOf returns the first error of cmds.

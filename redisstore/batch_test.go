@@ -1,0 +1,149 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/redisstore"
+)
+
+// TestReleaseThenAcquireInOrder releases without waiting (the Limiter's
+// way) and acquires the same slot of max 1 at once, many times, from
+// several goroutines on their own keys: the store keeps one process's calls
+// in order, so the acquire always finds the slot free, on one Redis and on
+// the cluster.
+func TestReleaseThenAcquireInOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		open func(testing.TB) redis.UniversalClient
+	}{
+		{"redis", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
+		{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := tc.open(t)
+			l, err := keycap.NewLimiter(newStore(t, c, testenv.Prefix(t, c)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for g := range 8 {
+				wg.Go(func() {
+					lim := keycap.MustLimit("in-order", fmt.Sprint(g), 1)
+					for i := range 200 {
+						ls, err := l.Acquire(ctx, lim)
+						if err != nil {
+							errs <- fmt.Errorf("goroutine %d, acquire %d after a release: %w", g, i, err)
+							return
+						}
+						ls.Release()
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestCloseFlushesReleases releases leases without waiting and closes the
+// Limiter: when Close returns, every release has reached Redis.
+func TestCloseFlushesReleases(t *testing.T) {
+	t.Parallel()
+	c := testenv.Redis(t)
+	s := newStore(t, c, testenv.Prefix(t, c))
+	l, err := keycap.NewLimiter(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var limits []keycap.Limit
+	for i := range 50 {
+		lim := keycap.MustLimit("close-flushes", fmt.Sprint(i), 2)
+		limits = append(limits, lim)
+		ls, err := l.Acquire(ctx, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.Release()
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, lim := range limits {
+		if n, err := c.ZCard(ctx, s.Key(lim.Pool())).Result(); err != nil || n != 0 {
+			t.Fatalf("%v after Close: %d leases (%v), want 0", lim, n, err)
+		}
+	}
+}
+
+// TestReleaseOnAHungRedisIsBounded releases on a Redis frozen with SIGSTOP:
+// Release returns at once, Close within the decision budget (the release
+// fails then, and is left to the retrier and the TTL), and the outage is
+// reported once.
+func TestReleaseOnAHungRedisIsBounded(t *testing.T) {
+	t.Parallel()
+	rp := testenv.StartRedis(t)
+	c := redis.NewClient(rp.Options())
+	defer c.Close()
+	s, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 200 * time.Millisecond
+	l, err := keycap.NewLimiter(s, keycap.WithDecisionBudget(budget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var leases []*keycap.Lease
+	for i := range 20 {
+		ls, err := l.Acquire(ctx, keycap.MustLimit("hung-release", fmt.Sprint(i), 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, ls)
+	}
+	rp.Hang()
+	defer rp.Resume()
+	start := time.Now()
+	for _, ls := range leases {
+		ls.Release()
+	}
+	if took := time.Since(start); took > 50*time.Millisecond {
+		t.Errorf("20 releases on a hung Redis took %s: Release must not wait for the store", took)
+	}
+	start = time.Now()
+	_ = l.Close()
+	if took := time.Since(start); took > 2*budget+500*time.Millisecond {
+		t.Errorf("Close on a hung Redis took %s, past the budget of %s", took, budget)
+	}
+	// The store itself reports a late release as a deadline error.
+	done := make(chan error, 1)
+	s.ReleaseAsync(keycap.NewPoolID("hung-release", "direct"), keycap.NewOwner(), 50*time.Millisecond, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("ReleaseAsync on a hung Redis: %v, want a deadline error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReleaseAsync's done was not called within 5s on a hung Redis")
+	}
+}
