@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/keycap/keycap"
@@ -13,9 +14,9 @@ import (
 
 // BenchmarkInProcessSlot measures taking and giving back one slot in
 // process: memstore (through the Store and through a Limiter) beside
-// golang.org/x/sync/semaphore, serial and parallel, in the same run. The
-// semaphore has no keys and no leases; it is the floor a keyed cap pays
-// above.
+// golang.org/x/sync/semaphore and failsafe-go's bulkhead, serial and
+// parallel, in the same run. The peers have no keys and no leases; the
+// semaphore is the floor a keyed cap pays above.
 func BenchmarkInProcessSlot(b *testing.B) {
 	ctx := context.Background()
 	const room = 1 << 20
@@ -28,6 +29,7 @@ func BenchmarkInProcessSlot(b *testing.B) {
 	defer l.Close()
 	limit := keycap.MustLimit("bench", "k", room, keycap.WithTTL(time.Minute))
 	sem := semaphore.NewWeighted(room)
+	bh := bulkhead.New[any](room)
 	cases := []struct {
 		name string
 		op   func(o keycap.Owner) error // o: the goroutine's own owner token
@@ -37,6 +39,13 @@ func BenchmarkInProcessSlot(b *testing.B) {
 				return err
 			}
 			sem.Release(1)
+			return nil
+		}},
+		{"failsafe-go-bulkhead", func(keycap.Owner) error {
+			if err := bh.AcquirePermit(ctx); err != nil {
+				return err
+			}
+			bh.ReleasePermit()
 			return nil
 		}},
 		{"memstore", func(o keycap.Owner) error {
