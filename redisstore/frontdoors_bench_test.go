@@ -33,7 +33,9 @@ func benchLimiter(b *testing.B, s keycap.Store) *keycap.Limiter {
 var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })
 
 // BenchmarkHTTPRoundTrips counts the Redis round trips each request through
-// httplimit adds: one acquire and one release.
+// httplimit adds, one request after another: an acquire and a release, which
+// the request does not wait for and which shares the next request's pipeline
+// (batch.go) — one round trip a request.
 func BenchmarkHTTPRoundTrips(b *testing.B) {
 	c := testenv.Redis(b)
 	ls, err := httplimit.New(benchLimiter(b, newStore(b, c, testenv.Prefix(b, c))))

@@ -512,27 +512,54 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 		})
 }
 
-// Sync implements keycap.Syncer: one pipeline of EVALSHA, one round trip per
-// node.
+// Sync implements keycap.Syncer: one pipeline, one round trip per node, of
+// sync.lua calls: one per pool on a cluster or a Ring (a script's keys share
+// a slot), one per syncChunk pools on one Redis.
 func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
-	return s.pipelined(ctx, len(batch),
-		func(i int) (*redis.Script, []string, []any) {
-			sp := &batch[i]
-			args := make([]any, 0, 2+len(sp.Members))
-			args = append(args, node[:], ms(ttl))
-			for _, m := range sp.Members {
-				args = append(args, m[:])
+	chunk := 1
+	if _, single := s.client.(*redis.Client); single {
+		chunk = syncChunk
+	}
+	part := func(c int) []keycap.SyncPool { return batch[c*chunk : min((c+1)*chunk, len(batch))] }
+	return s.pipelinedCmds(ctx, (len(batch)+chunk-1)/chunk,
+		func(c int) (*redis.Script, []string, []any) {
+			pools := part(c)
+			keys := make([]string, len(pools))
+			args := []any{node[:], ms(ttl)}
+			for i := range pools {
+				keys[i] = s.Key(pools[i].Pool)
+				args = append(args, len(pools[i].Members))
+				for _, m := range pools[i].Members {
+					args = append(args, m[:])
+				}
 			}
-			return syncScript, []string{s.Key(sp.Pool)}, args
+			return syncScript, keys, args
 		},
-		func(i int, n int64, err error) {
-			batch[i].Removed, batch[i].Err = int(n), err
+		func(c int, cmd *redis.Cmd, err error) {
+			pools := part(c)
+			var removed []int64
+			if err == nil {
+				if removed, err = cmd.Int64Slice(); err == nil && len(removed) != len(pools) {
+					err = fmt.Errorf("unexpected reply of %d counts for %d pools", len(removed), len(pools))
+				}
+			}
 			if err != nil {
 				s.failed(err)
-				batch[i].Err = fmt.Errorf("redisstore: sync: %w", err)
+				err = fmt.Errorf("redisstore: sync: %w", err)
+			}
+			for i := range pools {
+				pools[i].Err = err
+				if err == nil {
+					pools[i].Removed = int(removed[i])
+				}
 			}
 		})
 }
+
+// syncChunk is how many pools one sync.lua call syncs on one Redis: enough
+// to spread a script call's cost, few enough that one call holds Redis for
+// about a millisecond.
+const syncChunk = 64
 
 // pipelined runs one script per item (whose script, keys and arguments item
 // gives) in one pipeline, and hands each result to done. If Redis lost its script
@@ -540,6 +567,18 @@ func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration,
 // items tried once more. It returns an error only when ctx ended, so that no
 // item's outcome is known.
 func (s *Store) pipelined(ctx context.Context, n int, item func(i int) (*redis.Script, []string, []any), done func(i int, result int64, err error)) error {
+	return s.pipelinedCmds(ctx, n, item, func(i int, cmd *redis.Cmd, err error) {
+		var res int64
+		if err == nil {
+			res, err = cmd.Int64()
+		}
+		done(i, res, err)
+	})
+}
+
+// pipelinedCmds is pipelined, handing each item's command to done (err is
+// the command's error, or the error of loading the scripts).
+func (s *Store) pipelinedCmds(ctx context.Context, n int, item func(i int) (*redis.Script, []string, []any), done func(i int, cmd *redis.Cmd, err error)) error {
 	todo := make([]int, n)
 	for i := range todo {
 		todo[i] = i
@@ -555,17 +594,17 @@ func (s *Store) pipelined(ctx context.Context, n int, item func(i int) (*redis.S
 		})
 		var again []int
 		for j, i := range todo {
-			res, err := cmds[j].Int64()
-			if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			err := cmds[j].Err()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 				again = append(again, i)
 				continue
 			}
-			done(i, res, err)
+			done(i, cmds[j], err)
 		}
 		if len(again) > 0 {
 			if err := s.loadScripts(ctx); err != nil {
 				for _, i := range again {
-					done(i, 0, fmt.Errorf("loading script: %w", err))
+					done(i, nil, fmt.Errorf("loading script: %w", err))
 				}
 				break
 			}
