@@ -294,3 +294,26 @@ func serverUsec(b *testing.B, c redis.UniversalClient) float64 {
 	}
 	return total
 }
+
+// serverCPU returns the CPU time the Redis process has used so far, in ms:
+// used_cpu_sys + used_cpu_user of INFO cpu (its commands, scripts and
+// network I/O, counted once each).
+func serverCPU(b *testing.B, c redis.UniversalClient) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += n * 1000
+	}
+	return total
+}

@@ -163,12 +163,19 @@ func BenchmarkHeartbeat(b *testing.B) {
 		rt := testenv.CountRoundTrips(c)
 		b.Run(backend.name+"/heartbeat-10000-conns-2000-users", func(b *testing.B) {
 			before := rt.Load()
+			var cpu float64
+			if backend.name == "redis" { // one server to read the CPU of
+				cpu = serverCPU(b, c)
+			}
 			for b.Loop() {
 				if err := caps.Heartbeat(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "rt/op")
+			if backend.name == "redis" {
+				b.ReportMetric((serverCPU(b, c)-cpu)/float64(b.N), "redis-cpu-ms/op")
+			}
 		})
 		b.Run(backend.name+"/ping-pipeline-2000", func(b *testing.B) {
 			before := rt.Load()
