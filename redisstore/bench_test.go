@@ -273,47 +273,44 @@ func BenchmarkScriptCost(b *testing.B) {
 }
 
 // serverUsec returns the CPU Redis spent on commands so far, in µs: the sum
-// of usec over INFO commandstats.
+// of usec over INFO commandstats (a script's commands count in it and in
+// the script's own usec).
 func serverUsec(b *testing.B, c redis.UniversalClient) float64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	total := 0.0
-	for _, line := range strings.Split(info, "\n") {
+	return sumInfo(b, c, "commandstats", func(line string) (string, bool) {
 		_, rest, ok := strings.Cut(line, "usec=")
-		if !ok {
-			continue
-		}
 		v, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += n
-	}
-	return total
+		return v, ok
+	})
 }
 
 // serverCPU returns the CPU time the Redis process has used so far, in ms:
 // used_cpu_sys + used_cpu_user of INFO cpu (its commands, scripts and
 // network I/O, counted once each).
 func serverCPU(b *testing.B, c redis.UniversalClient) float64 {
-	info, err := c.Info(context.Background(), "cpu").Result()
+	return 1000 * sumInfo(b, c, "cpu", func(line string) (string, bool) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		return v, ok && (name == "used_cpu_sys" || name == "used_cpu_user")
+	})
+}
+
+// sumInfo sums the numbers that value finds in the lines of an INFO
+// section.
+func sumInfo(b *testing.B, c redis.UniversalClient, section string, value func(line string) (string, bool)) float64 {
+	info, err := c.Info(context.Background(), section).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
 	total := 0.0
 	for _, line := range strings.Split(info, "\n") {
-		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
+		v, ok := value(line)
+		if !ok {
 			continue
 		}
-		n, err := strconv.ParseFloat(v, 64)
+		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
 			b.Fatal(err)
 		}
-		total += n * 1000
+		total += n
 	}
 	return total
 }

@@ -34,11 +34,7 @@ func BenchmarkPairsVsPing(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", store.name, g), func(b *testing.B) {
 				c := store.open(b)
 				s := newStore(b, c, testenv.Prefix(b, c))
-				l, err := keycap.NewLimiter(s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer l.Close()
+				l := benchLimiter(b, s)
 				ctx := context.Background()
 				pools := make([]keycap.PoolID, g)
 				limits := make([]keycap.Limit, g)
@@ -82,11 +78,7 @@ func BenchmarkPairsVsPing(b *testing.B) {
 func BenchmarkPairLatency(b *testing.B) {
 	c := testenv.Redis(b)
 	s := newStore(b, c, testenv.Prefix(b, c))
-	l, err := keycap.NewLimiter(s)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l := benchLimiter(b, s)
 	ctx := context.Background()
 	pool := keycap.NewPoolID("latency", "k")
 	lim := keycap.MustLimit("latency-limiter", "k", 1)
