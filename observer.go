@@ -80,12 +80,11 @@ type Event struct {
 	Family Family // the front door: FamilyApp (HTTP, the application), FamilyJob, FamilyConn, FamilyPause
 	Limit  Limit  // slot events, GhostsDropped, StoreFailed: the limit; its Key is the key as given
 
-	Waited time.Duration // SlotAcquired, LimitExceeded
-	Held   time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
-
 	// Waited and Held start from a clock that ticks every millisecond: each
 	// may be up to about a millisecond long, never short.
-	Count int // GhostsDropped
+	Waited time.Duration // SlotAcquired, LimitExceeded
+	Held   time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
+	Count  int           // GhostsDropped
 
 	Node     string // StoreFailed, StoreRecovered: the store's partition
 	Failures int64  // StoreRecovered: failed calls during the outage

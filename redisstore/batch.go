@@ -12,18 +12,19 @@ import (
 )
 
 // Decisions bound for one Redis node travel together: every Acquire,
-// Release, Queue and Dequeue is an op on its node's queue, and each queue
-// sends what has gathered as one pipeline, one pipeline at a time. Nothing
-// waits for company: an op that finds its queue idle leaves at once (one
-// round trip, as unbatched), and the ops that arrive while a pipeline is in
-// flight leave together when it returns. Under load a pipeline carries as
-// many decisions as arrived during one round trip, so the rate of decisions
-// is bounded by Redis's time per script, not by round trips.
+// Release, Queue and Dequeue is an op on a queue of its node (one of lanes,
+// chosen by the pool), and each queue sends what has gathered as one
+// pipeline, one pipeline at a time. Nothing waits for company: an op that
+// finds its queue idle is sent at once by its caller (one round trip, as
+// unbatched), and the ops that arrive while a pipeline is in flight leave
+// together when it returns. Under load a pipeline carries as many decisions
+// as arrived during one round trip, so the rate of decisions is bounded by
+// Redis's time per script, not by round trips.
 //
-// One pipeline at a time per node also keeps a store's calls in order: a
-// call made after another (a release, then an acquire of the same pool)
-// reaches Redis after it, even when the first one's caller did not wait for
-// its reply (ReleaseAsync).
+// One pipeline at a time per queue, and one queue per pool, also keep a
+// store's calls of a pool in order: a call made after another (a release,
+// then an acquire of the same pool) reaches Redis after it, even when the
+// first one's caller did not wait for its reply (ReleaseAsync).
 
 // op is one call's commands, run in order in one pipeline.
 type op struct {
