@@ -30,8 +30,8 @@ const sweepEvery = time.Second
 // Store is an in-process keycap.Store. The zero value is not usable; call New.
 type Store struct {
 	clock  func() time.Duration // precise: pauses, paces, marks, inspection
-	fast   func() time.Duration // leases: the coarse clock, or clock when set by WithClock
-	slack  time.Duration        // added to a lease's expiry: the fast clock's lag
+	manual bool                 // WithClock: leases read clock too
+	slack  time.Duration        // added to a lease's expiry: the lease clock's lag
 	shards [shards]shard
 	hub    hub
 	ov     overrides
@@ -88,7 +88,7 @@ type Option struct{ apply func(*Store) }
 // WithClock replaces the store's clock, a monotonic duration since an
 // arbitrary origin. It is meant for tests that move time by hand.
 func WithClock(now func() time.Duration) Option {
-	return Option{func(s *Store) { s.clock, s.fast, s.slack = now, now, 0 }}
+	return Option{func(s *Store) { s.clock, s.manual, s.slack = now, true, 0 }}
 }
 
 // New returns an empty store.
@@ -98,7 +98,7 @@ func WithClock(now func() time.Duration) Option {
 // lease's expiry is set one tick later than asked, so that it never lives
 // shorter than its TTL, and may outlive it by up to about 2 ms.
 func New(opts ...Option) *Store {
-	s := &Store{clock: coarse.Precise, fast: coarse.Now, slack: coarse.Tick}
+	s := &Store{clock: coarse.Precise, slack: coarse.Tick}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(s)
@@ -131,6 +131,14 @@ var (
 func (s *Store) NonBlocking() {}
 
 func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[15]] }
+
+// fast reads the clock of leases: the coarse one, unless WithClock set one.
+func (s *Store) fast() time.Duration {
+	if s.manual {
+		return s.clock()
+	}
+	return coarse.Now()
+}
 
 // find returns pool p, or nil. The caller holds sh.mu.
 func (sh *shard) find(p keycap.PoolID) *pool {
@@ -362,6 +370,13 @@ func (pl *pool) acquire(owner keycap.Owner, weight, max int, now, expires time.D
 	if pl.max != max {
 		pl.max = max
 	}
+	if len(pl.leases) == 0 && len(pl.line) == 0 { // an idle pool: the commonest case
+		if weight > max {
+			return false, nil
+		}
+		pl.add(lease{owner: owner, expires: expires, weight: weight})
+		return true, nil
+	}
 	held := pl.expireFind(owner, now) // one pass: the common path
 	var granted []keycap.Owner
 	if len(pl.line) > 0 {
@@ -391,9 +406,29 @@ func (pl *pool) add(l lease) {
 // expireFind drops the expired leases and returns the index of owner's, or
 // -1.
 func (pl *pool) expireFind(owner keycap.Owner, now time.Duration) int {
-	live := pl.leases[:0]
 	held := -1
-	for _, l := range pl.leases {
+	for i := range pl.leases {
+		l := &pl.leases[i]
+		if l.expires <= now {
+			return pl.expireFindSlow(owner, now, i)
+		}
+		if l.owner == owner {
+			held = i
+		}
+	}
+	return held // nothing expired: nothing moved
+}
+
+// expireFindSlow is expireFind from the first expired lease, at i, on.
+func (pl *pool) expireFindSlow(owner keycap.Owner, now time.Duration, i int) int {
+	live := pl.leases[:i]
+	held := -1
+	for j, l := range pl.leases[:i] {
+		if l.owner == owner {
+			held = j
+		}
+	}
+	for _, l := range pl.leases[i:] {
 		switch {
 		case l.expires <= now:
 			pl.extra -= l.slots() - 1

@@ -1,4 +1,4 @@
-// Package coarse is a monotonic clock read with one atomic load: a
+// Package coarse is a monotonic clock read with one or two atomic loads: a
 // goroutine refreshes it every Tick while it is read, and stops when it has
 // not been read for Idle, so an idle process spends nothing on it.
 //
@@ -21,41 +21,40 @@ const (
 )
 
 var (
-	base    = time.Now()
-	now     atomic.Int64 // time since base, as of the last tick
-	running atomic.Bool  // the ticker runs: now is fresh
-	used    atomic.Bool  // read since the last tick
-	mu      sync.Mutex   // starts and stops the ticker
+	base = time.Now()
+	now  atomic.Int64 // time since base, as of the last tick
+	// used: read since the last tick. Only mark sets it, and only while
+	// the ticker runs, so whoever finds it set may trust now.
+	used atomic.Bool
+
+	mu      sync.Mutex // guards running, and orders mark against the ticker's stop
+	running bool
 )
 
 // Now returns the time since an arbitrary origin, shared by the process,
 // at most about one Tick behind the precise clock.
 func Now() time.Duration {
-	if running.Load() {
-		if !used.Load() {
-			used.Store(true)
-		}
+	if used.Load() { // the ticker runs
 		return time.Duration(now.Load())
 	}
-	return start()
+	return mark()
 }
 
 // Precise returns the precise time on Now's scale.
 func Precise() time.Duration { return time.Since(base) }
 
-// start reads the precise clock and starts the ticker unless it runs.
-func start() time.Duration {
+// mark is Now's other path, taken once a tick: it marks the clock read, and
+// starts the ticker unless it runs.
+func mark() time.Duration {
 	mu.Lock()
 	defer mu.Unlock()
-	t := time.Since(base)
-	if running.Load() {
-		return time.Duration(now.Load())
+	if !running {
+		now.Store(int64(time.Since(base)))
+		running = true
+		go tick()
 	}
-	now.Store(int64(t)) // before running: whoever sees running sees a fresh now
 	used.Store(true)
-	running.Store(true)
-	go tick()
-	return t
+	return time.Duration(now.Load())
 }
 
 func tick() {
@@ -72,7 +71,7 @@ func tick() {
 		if unread++; time.Duration(unread)*Tick >= Idle {
 			mu.Lock()
 			if !used.Load() {
-				running.Store(false)
+				running = false
 				mu.Unlock()
 				return
 			}

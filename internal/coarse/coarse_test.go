@@ -35,12 +35,15 @@ func TestNeverAheadAndAtMostATickBehind(t *testing.T) {
 // for Idle, and that the next reading, restarting it, is fresh.
 func TestStopsWhenUnread(t *testing.T) {
 	Now()
-	testkit.WaitUntil(t, 5*time.Second, "the ticker to stop unread", func() bool { return !running.Load() })
+	testkit.WaitUntil(t, 5*time.Second, "the ticker to stop unread", func() bool { mu.Lock(); defer mu.Unlock(); return !running })
 	before := Precise()
 	if c := Now(); c < before {
 		t.Fatalf("first reading after a restart %v older than %v", c, before)
 	}
-	if !running.Load() {
+	mu.Lock()
+	restarted := running
+	mu.Unlock()
+	if !restarted {
 		t.Fatal("a reading did not restart the ticker")
 	}
 }

@@ -74,7 +74,13 @@ routes:
 
 // benchPair runs b.N requests against each of bare and gw in alternating
 // rounds, from conc clients.
-func benchPair(b *testing.B, conc int, bare, gw string) {
+func benchPair(b *testing.B, conc int, bare, gw string) { benchVs(b, conc, "bare", bare, "gateway", gw) }
+
+// benchVs runs b.N requests against each of two proxies, named a and b in
+// the metrics, in alternating rounds, from conc clients: <b>/<a> is the
+// ratio of their rates.
+func benchVs(b *testing.B, conc int, aName, aURL, bName, bURL string) {
+	bare, gw := aURL, bURL
 	tr := &http.Transport{MaxIdleConnsPerHost: conc}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
@@ -96,13 +102,13 @@ func benchPair(b *testing.B, conc int, bare, gw string) {
 	clear(gwLat)
 	t := testkit.Alternate(b, conc, 500, 0, get(bare, bareLat), get(gw, gwLat))
 	bareTime, gwTime := t[0], t[1]
-	b.ReportMetric(float64(bareTime)/float64(gwTime), "gateway/bare")
-	b.ReportMetric(float64(b.N)/gwTime.Seconds(), "gateway-req/s")
-	b.ReportMetric(float64(b.N)/bareTime.Seconds(), "bare-req/s")
+	b.ReportMetric(float64(bareTime)/float64(gwTime), bName+"/"+aName)
+	b.ReportMetric(float64(b.N)/gwTime.Seconds(), bName+"-req/s")
+	b.ReportMetric(float64(b.N)/bareTime.Seconds(), aName+"-req/s")
 	for _, l := range []struct {
 		name string
 		lat  [][]time.Duration
-	}{{"gateway", gwLat}, {"bare", bareLat}} {
+	}{{bName, gwLat}, {aName, bareLat}} {
 		v := slices.Concat(l.lat...)
 		slices.Sort(v)
 		b.ReportMetric(float64(v[len(v)/2].Microseconds()), l.name+"-p50-us")
