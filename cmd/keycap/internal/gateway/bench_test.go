@@ -74,7 +74,9 @@ routes:
 
 // benchPair runs b.N requests against each of bare and gw in alternating
 // rounds, from conc clients.
-func benchPair(b *testing.B, conc int, bare, gw string) { benchVs(b, conc, "bare", bare, "gateway", gw) }
+func benchPair(b *testing.B, conc int, bare, gw string) {
+	benchVs(b, conc, "bare", bare, "gateway", gw)
+}
 
 // benchVs runs b.N requests against each of two proxies, named a and b in
 // the metrics, in alternating rounds, from conc clients: <b>/<a> is the
