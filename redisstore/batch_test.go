@@ -127,13 +127,17 @@ func TestReleaseOnAHungRedisIsBounded(t *testing.T) {
 	for _, ls := range leases {
 		ls.Release()
 	}
-	if took := time.Since(start); took > 50*time.Millisecond {
+	// Waiting for the store, 20 releases would take 20 budgets (4 s).
+	if took := time.Since(start); took > time.Second {
 		t.Errorf("20 releases on a hung Redis took %s: Release must not wait for the store", took)
 	}
 	start = time.Now()
 	_ = l.Close()
-	if took := time.Since(start); took > 2*budget+500*time.Millisecond {
-		t.Errorf("Close on a hung Redis took %s, past the budget of %s", took, budget)
+	// One budget for the releases in flight, one for the retrier's last
+	// round (which stops at its first failure), and room for a busy machine;
+	// trying every release in turn would take 20 budgets.
+	if took := time.Since(start); took > 2*budget+time.Second {
+		t.Errorf("Close on a hung Redis took %s, past twice the budget of %s", took, budget)
 	}
 	// The store itself reports a late release as a deadline error.
 	done := make(chan error, 1)
