@@ -25,6 +25,7 @@ import (
 
 	"github.com/keycap/keycap/cmd/keycap/internal/gateway"
 	"github.com/keycap/keycap/internal/pusherserver"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/pushercap"
 )
 
@@ -581,7 +582,17 @@ server:
 		t.Fatalf("trickled body cut off after %s", took)
 	}
 
-	// Per address: at most 5 connections.
+	// Per address: at most 5 connections — once the ones above are gone
+	// from the listener's count (on a busy machine the server may not have
+	// seen them close yet).
+	conn.Close()
+	trickler.Close()
+	conn2.Close()
+	open := fmt.Sprintf("keycap_gateway_connections{listener=%q} 0", "proxy "+addr)
+	testkit.WaitUntil(t, 10*time.Second, "the proxy listener to count no connection", func() bool {
+		_, _, body := get(t, g.admin+"/metrics")
+		return strings.Contains(body, open)
+	})
 	var conns []net.Conn
 	for range 10 {
 		c, err := net.Dial("tcp", addr)

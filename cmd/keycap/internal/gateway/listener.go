@@ -23,6 +23,7 @@ type limitListener struct {
 	perIP   int           // 0: no bound
 	trusted func(netip.Addr) bool
 	refused atomic.Int64 // connections closed for being over perIP
+	open    atomic.Int64 // connections accepted and not closed (total also holds Accept's own token)
 
 	mu    sync.Mutex
 	byIP  map[netip.Addr]int
@@ -59,6 +60,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.releaseTotal()
 			continue
 		}
+		l.open.Add(1)
 		return &limitConn{Conn: c, l: l, ip: ip}, nil
 	}
 }
@@ -116,6 +118,7 @@ type limitConn struct {
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
+		c.l.open.Add(-1)
 		c.l.give(c.ip)
 		c.l.releaseTotal()
 	})

@@ -38,7 +38,7 @@ func (m *metrics) refusedConns(listener string, ll *limitListener) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keycap_gateway_connections", ConstLabels: labels,
 		Help: "Connections open on the listener.",
-	}, func() float64 { return float64(len(ll.total)) }))
+	}, func() float64 { return float64(ll.open.Load()) }))
 }
 
 func (m *metrics) handler() http.Handler {
