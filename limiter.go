@@ -163,8 +163,8 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// now reads the monotonic clock: the process's coarse clock (one atomic
-// load, at most about a millisecond behind), which times renewals and
+// now reads the monotonic clock: the process's coarse clock (two atomic
+// loads, at most about a millisecond behind), which times renewals and
 // deadlines early rather than late.
 func (l *Limiter) now() time.Duration { return coarse.Now() - l.origin }
 

@@ -93,7 +93,7 @@ func WithClock(now func() time.Duration) Option {
 
 // New returns an empty store.
 //
-// Leases are timed by a coarse clock, read with one atomic load and
+// Leases are timed by a coarse clock, read with two atomic loads and
 // refreshed every millisecond while the store is used (internal/coarse): a
 // lease's expiry is set one tick later than asked, so that it never lives
 // shorter than its TTL, and may outlive it by up to about 2 ms.
