@@ -23,45 +23,35 @@ import (
 // the cluster.
 func TestReleaseThenAcquireInOrder(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		open func(testing.TB) redis.UniversalClient
-	}{
-		{"redis", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
-		{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c := tc.open(t)
-			l, err := keycap.NewLimiter(newStore(t, c, testenv.Prefix(t, c)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for g := range 8 {
-				wg.Go(func() {
-					lim := keycap.MustLimit("in-order", fmt.Sprint(g), 1)
-					for i := range 200 {
-						ls, err := l.Acquire(ctx, lim)
-						if err != nil {
-							errs <- fmt.Errorf("goroutine %d, acquire %d after a release: %w", g, i, err)
-							return
-						}
-						ls.Release()
+	onEachBackend(t, func(t *testing.T, _ redis.UniversalClient, s *redisstore.Store) {
+		l, err := keycap.NewLimiter(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 8 {
+			wg.Go(func() {
+				lim := keycap.MustLimit("in-order", fmt.Sprint(g), 1)
+				for i := range 200 {
+					ls, err := l.Acquire(ctx, lim)
+					if err != nil {
+						errs <- fmt.Errorf("goroutine %d, acquire %d after a release: %w", g, i, err)
+						return
 					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-		})
-	}
+					ls.Release()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
 }
 
 // TestCloseFlushesReleases releases leases without waiting and closes the

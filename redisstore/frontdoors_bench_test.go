@@ -139,13 +139,7 @@ func BenchmarkAdmit(b *testing.B) {
 // beside the same client sending 2,000 PINGs in one pipeline (the same number
 // of commands, without the scripts) in the same run.
 func BenchmarkHeartbeat(b *testing.B) {
-	for _, backend := range []struct {
-		name   string
-		client func(testing.TB) redis.UniversalClient
-	}{
-		{"redis", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
-		{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
-	} {
+	for _, backend := range backends {
 		c := backend.client(b)
 		caps := newBenchCap(b, newStore(b, c, testenv.Prefix(b, c)), 10)
 		ctx := context.Background()

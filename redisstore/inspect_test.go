@@ -15,13 +15,25 @@ import (
 	"github.com/keycap/keycap/redisstore"
 )
 
-// backends are the topologies the inspection tests run on.
+// backends are the topologies the tests and benchmarks that need both run on.
 var backends = []struct {
 	name   string
 	client func(t testing.TB) redis.UniversalClient
 }{
 	{"redis", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
 	{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
+}
+
+// onEachBackend runs test on one Redis and on the cluster, in parallel
+// subtests, each with a store of its own prefix.
+func onEachBackend(t *testing.T, test func(t *testing.T, c redis.UniversalClient, s *redisstore.Store)) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			c := be.client(t)
+			test(t, c, newStore(t, c, testenv.Prefix(t, c)))
+		})
+	}
 }
 
 // pages reads every page of tag at the given size, and fails past 10000.
@@ -55,204 +67,189 @@ func pages(t *testing.T, s *redisstore.Store, tag keycap.Tag, size int) (pools [
 // a bounded cursor.
 func TestInspectPagesParentsAndCarries(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			c := be.client(t)
-			s := newStore(t, c, testenv.Prefix(t, c))
-			ctx := context.Background()
-			name := "insp-carry"
-			want := map[keycap.PoolID]int{} // → slots held
-			parentHeld := 0
-			for i := range 150 {
-				p := keycap.NewPoolID(name, fmt.Sprint("plain", i))
-				if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 5, time.Minute); !ok || err != nil {
+	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := context.Background()
+		name := "insp-carry"
+		want := map[keycap.PoolID]int{} // → slots held
+		parentHeld := 0
+		for i := range 150 {
+			p := keycap.NewPoolID(name, fmt.Sprint("plain", i))
+			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 5, time.Minute); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+			want[p] = 1
+			if ok, err := s.Acquire(ctx, keycap.NewPoolID("insp-other", fmt.Sprint(i)), keycap.NewOwner(), 5, time.Minute); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}
+		for _, pn := range []string{"insp-parent-a", "insp-parent-b"} {
+			parent := keycap.MustParent(pn, 100)
+			for i := range 20 {
+				kid := keycap.NewPoolID(name, fmt.Sprint(pn, i))
+				w := 1 + i%3
+				d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: w, Parent: parent.Pool(), ParentMax: 100, Share: 1}
+				if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
 					t.Fatal(ok, err)
 				}
-				want[p] = 1
-				if ok, err := s.Acquire(ctx, keycap.NewPoolID("insp-other", fmt.Sprint(i)), keycap.NewOwner(), 5, time.Minute); !ok || err != nil {
+				want[kid] = w
+				parentHeld += w + 1
+				// Another name's key under the same parent: not shown.
+				d.Pool, d.Owner, d.Weight = keycap.NewPoolID("insp-other", fmt.Sprint(pn, i)), keycap.NewOwner(), 1
+				if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
 					t.Fatal(ok, err)
 				}
 			}
-			for _, pn := range []string{"insp-parent-a", "insp-parent-b"} {
-				parent := keycap.MustParent(pn, 100)
-				for i := range 20 {
-					kid := keycap.NewPoolID(name, fmt.Sprint(pn, i))
-					w := 1 + i%3
-					d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: w, Parent: parent.Pool(), ParentMax: 100, Share: 1}
-					if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-						t.Fatal(ok, err)
-					}
-					want[kid] = w
-					parentHeld += w + 1
-					// Another name's key under the same parent: not shown.
-					d.Pool, d.Owner, d.Weight = keycap.NewPoolID("insp-other", fmt.Sprint(pn, i)), keycap.NewOwner(), 1
-					if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-						t.Fatal(ok, err)
-					}
+		}
+		for _, size := range []int{1, 3, 7, 40, 1000} {
+			pools, n, longest := pages(t, s, keycap.TagOf(keycap.FamilyApp, name), size)
+			got := map[keycap.PoolID]int{}
+			dup := 0
+			for _, p := range pools {
+				if _, ok := got[p.Pool]; ok {
+					dup++
+				}
+				got[p.Pool] = p.Held()
+			}
+			for p, held := range want {
+				if got[p] != held {
+					t.Fatalf("page size %d: pool %s holds %d, want %d", size, p, got[p], held)
 				}
 			}
-			for _, size := range []int{1, 3, 7, 40, 1000} {
-				pools, n, longest := pages(t, s, keycap.TagOf(keycap.FamilyApp, name), size)
-				got := map[keycap.PoolID]int{}
-				dup := 0
-				for _, p := range pools {
-					if _, ok := got[p.Pool]; ok {
-						dup++
-					}
-					got[p.Pool] = p.Held()
-				}
-				for p, held := range want {
-					if got[p] != held {
-						t.Fatalf("page size %d: pool %s holds %d, want %d", size, p, got[p], held)
-					}
-				}
-				if len(got) != len(want) {
-					t.Fatalf("page size %d: %d pools, want %d", size, len(got), len(want))
-				}
-				t.Logf("page size %d: %d pages, %d pools shown twice, longest cursor %d bytes", size, n, dup, longest)
-				if longest > 4096 {
-					t.Fatalf("page size %d: a cursor of %d bytes", size, longest)
-				}
+			if len(got) != len(want) {
+				t.Fatalf("page size %d: %d pools, want %d", size, len(got), len(want))
 			}
-			// The parents' own pools, each with every key's leases.
-			parents, _, _ := pages(t, s, keycap.MustParent("x", 1).Pool().Tag(), 1)
-			if len(parents) != 2 {
-				t.Fatalf("%d parents' pools, want 2", len(parents))
+			t.Logf("page size %d: %d pages, %d pools shown twice, longest cursor %d bytes", size, n, dup, longest)
+			if longest > 4096 {
+				t.Fatalf("page size %d: a cursor of %d bytes", size, longest)
 			}
-			for _, p := range parents {
-				if p.Held() != parentHeld/2 || len(p.Holders) != 40 {
-					t.Fatalf("parent %s holds %d in %d leases, want %d in 40", p.Pool, p.Held(), len(p.Holders), parentHeld/2)
-				}
+		}
+		// The parents' own pools, each with every key's leases.
+		parents, _, _ := pages(t, s, keycap.MustParent("x", 1).Pool().Tag(), 1)
+		if len(parents) != 2 {
+			t.Fatalf("%d parents' pools, want 2", len(parents))
+		}
+		for _, p := range parents {
+			if p.Held() != parentHeld/2 || len(p.Holders) != 40 {
+				t.Fatalf("parent %s holds %d in %d leases, want %d in 40", p.Pool, p.Held(), len(p.Holders), parentHeld/2)
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestInspectLinesAlone: a pool whose leases lapsed while its line waits,
 // and a parent's key whose only entry is a ticket, are shown, once.
 func TestInspectLinesAlone(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			c := be.client(t)
-			s := newStore(t, c, testenv.Prefix(t, c))
-			ctx := context.Background()
-			name := "insp-alone"
-			tk := keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
-			p := keycap.NewPoolID(name, "plain")
-			// Leases of a second: long enough to be held when the waiters
-			// queue on a loaded machine, short enough to lapse soon after.
-			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Second); !ok || err != nil {
-				t.Fatal(ok, err)
+	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := context.Background()
+		name := "insp-alone"
+		tk := keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
+		p := keycap.NewPoolID(name, "plain")
+		// Leases of a second: long enough to be held when the waiters
+		// queue on a loaded machine, short enough to lapse soon after.
+		if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Second); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		waiter := keycap.NewOwner()
+		if ok, _, err := s.Queue(ctx, p, waiter, 1, time.Minute, tk); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		parent := keycap.MustParent("insp-alone-parent", 1)
+		kid := keycap.NewPoolID(name, "kid")
+		d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 1, TTL: time.Second, Weight: 1, Parent: parent.Pool(), ParentMax: 1, Share: 1}
+		if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		kidWaiter := keycap.NewOwner()
+		d.Owner, d.TTL = kidWaiter, time.Minute
+		if ok, _, err := s.AcquireDemand(ctx, d, &tk); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		leases, _, _, _ := s.ShareKeys(parent.Pool())
+		deadline := time.Now().Add(5 * time.Second)
+		for { // the leases' keys expire with them
+			n1, err1 := c.Exists(ctx, s.Key(p)).Result()
+			n2, err2 := c.Exists(ctx, leases).Result()
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
 			}
-			waiter := keycap.NewOwner()
-			if ok, _, err := s.Queue(ctx, p, waiter, 1, time.Minute, tk); ok || err != nil {
-				t.Fatal(ok, err)
+			if n1+n2 == 0 {
+				break
 			}
-			parent := keycap.MustParent("insp-alone-parent", 1)
-			kid := keycap.NewPoolID(name, "kid")
-			d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 1, TTL: time.Second, Weight: 1, Parent: parent.Pool(), ParentMax: 1, Share: 1}
-			if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-				t.Fatal(ok, err)
+			if time.Now().After(deadline) {
+				t.Fatal("the lapsed leases' keys are still there after 5s")
 			}
-			kidWaiter := keycap.NewOwner()
-			d.Owner, d.TTL = kidWaiter, time.Minute
-			if ok, _, err := s.AcquireDemand(ctx, d, &tk); ok || err != nil {
-				t.Fatal(ok, err)
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, size := range []int{1, 10} {
+			pools, _, _ := pages(t, s, p.Tag(), size)
+			if len(pools) != 2 {
+				t.Fatalf("page size %d: %+v, want the two waiting pools", size, pools)
 			}
-			leases, _, _, _ := s.ShareKeys(parent.Pool())
-			deadline := time.Now().Add(5 * time.Second)
-			for { // the leases' keys expire with them
-				n1, err1 := c.Exists(ctx, s.Key(p)).Result()
-				n2, err2 := c.Exists(ctx, leases).Result()
-				if err1 != nil || err2 != nil {
-					t.Fatal(err1, err2)
-				}
-				if n1+n2 == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the lapsed leases' keys are still there after 5s")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			for _, size := range []int{1, 10} {
-				pools, _, _ := pages(t, s, p.Tag(), size)
-				if len(pools) != 2 {
-					t.Fatalf("page size %d: %+v, want the two waiting pools", size, pools)
-				}
-				for _, st := range pools {
-					w := map[keycap.PoolID]keycap.Owner{p: waiter, kid: kidWaiter}[st.Pool]
-					if len(st.Holders) != 0 || len(st.Waiting) != 1 || st.Waiting[0].Owner != w || st.Waiting[0].Expires <= 0 {
-						t.Fatalf("pool %s: %+v, want its one waiter", st.Pool, st)
-					}
+			for _, st := range pools {
+				w := map[keycap.PoolID]keycap.Owner{p: waiter, kid: kidWaiter}[st.Pool]
+				if len(st.Holders) != 0 || len(st.Waiting) != 1 || st.Waiting[0].Owner != w || st.Waiting[0].Expires <= 0 {
+					t.Fatalf("pool %s: %+v, want its one waiter", st.Pool, st)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestInspectPausesPage: pauses and paces of one tag over several pages.
 func TestInspectPausesPage(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			c := be.client(t)
-			s := newStore(t, c, testenv.Prefix(t, c))
-			ctx := context.Background()
-			want := map[string]bool{}
-			for i := range 30 {
-				id := keycap.PoolIDOf(keycap.FamilyPause, "insp-pauses", fmt.Sprint(i))
-				if _, err := s.Pause(ctx, id, time.Minute); err != nil {
+	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := context.Background()
+		want := map[string]bool{}
+		for i := range 30 {
+			id := keycap.PoolIDOf(keycap.FamilyPause, "insp-pauses", fmt.Sprint(i))
+			if _, err := s.Pause(ctx, id, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			want[id.String()+"/pause"] = true
+			if i%2 == 0 {
+				if _, err := s.Pace(ctx, id, keycap.Rate{Events: 1, Period: time.Minute, Burst: 1}); err != nil {
 					t.Fatal(err)
 				}
-				want[id.String()+"/pause"] = true
-				if i%2 == 0 {
-					if _, err := s.Pace(ctx, id, keycap.Rate{Events: 1, Period: time.Minute, Burst: 1}); err != nil {
-						t.Fatal(err)
-					}
-					want[id.String()+"/pace"] = true
-				}
+				want[id.String()+"/pace"] = true
 			}
-			tag := keycap.TagOf(keycap.FamilyPause, "insp-pauses")
-			for _, size := range []int{1, 4, 100} {
-				got := map[string]bool{}
-				q := keycap.PageQuery{Tag: tag, Limit: size}
-				for n := 0; ; n++ {
-					if n > 1000 {
-						t.Fatal("paging did not end")
-					}
-					page, err := s.InspectPauses(ctx, q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if len(page.Pauses) > size {
-						t.Fatalf("a page of %d, asked for %d", len(page.Pauses), size)
-					}
-					for _, p := range page.Pauses {
-						kind := "pause"
-						if p.Pace {
-							kind = "pace"
-						}
-						if p.Left <= 0 || p.Left > time.Minute {
-							t.Fatalf("%s of %s: %s left", kind, p.ID, p.Left)
-						}
-						got[p.ID.String()+"/"+kind] = true
-					}
-					if page.Next == "" {
-						break
-					}
-					q.Cursor = page.Next
+		}
+		tag := keycap.TagOf(keycap.FamilyPause, "insp-pauses")
+		for _, size := range []int{1, 4, 100} {
+			got := map[string]bool{}
+			q := keycap.PageQuery{Tag: tag, Limit: size}
+			for n := 0; ; n++ {
+				if n > 1000 {
+					t.Fatal("paging did not end")
 				}
-				if len(got) != len(want) {
-					t.Fatalf("page size %d: %d pauses and paces, want %d", size, len(got), len(want))
+				page, err := s.InspectPauses(ctx, q)
+				if err != nil {
+					t.Fatal(err)
 				}
+				if len(page.Pauses) > size {
+					t.Fatalf("a page of %d, asked for %d", len(page.Pauses), size)
+				}
+				for _, p := range page.Pauses {
+					kind := "pause"
+					if p.Pace {
+						kind = "pace"
+					}
+					if p.Left <= 0 || p.Left > time.Minute {
+						t.Fatalf("%s of %s: %s left", kind, p.ID, p.Left)
+					}
+					got[p.ID.String()+"/"+kind] = true
+				}
+				if page.Next == "" {
+					break
+				}
+				q.Cursor = page.Next
 			}
-		})
-	}
+			if len(got) != len(want) {
+				t.Fatalf("page size %d: %d pauses and paces, want %d", size, len(got), len(want))
+			}
+		}
+	})
 }
 
 // TestInspectRefusesOthersCursors: a cursor altered, or of another tag or
@@ -322,44 +319,39 @@ func TestInspectAfterScriptFlush(t *testing.T) {
 // two keys on one slot.
 func TestOverridesKeepAnyBytes(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			c := be.client(t)
-			s := newStore(t, c, testenv.Prefix(t, c))
-			ctx := context.Background()
-			o := keycap.Override{Family: keycap.FamilyConn | 0x80, Name: "5|x|\x00|", Key: "|\xff\x00é|", Max: keycap.KeepMax, Share: 7, TTL: time.Minute}
-			o.Pool = keycap.PoolIDOf(o.Family, o.Name, o.Key)
-			if err := s.SetOverride(ctx, o); err != nil {
-				t.Fatal(err)
-			}
-			v, list, err := s.Overrides(ctx, 0)
-			if err != nil || v == 0 || len(list) != 1 {
-				t.Fatalf("Overrides: %d, %+v, %v", v, list, err)
-			}
-			got := list[0]
-			if got.TTL <= 0 || got.TTL > time.Minute {
-				t.Fatalf("TTL %s, want the time left of 1m", got.TTL)
-			}
-			got.TTL = o.TTL
-			if got != o {
-				t.Fatalf("read back %+v, want %+v", got, o)
-			}
-			if v2, list, err := s.Overrides(ctx, v); err != nil || v2 != v || list != nil {
-				t.Fatalf("unchanged: %d, %+v, %v", v2, list, err)
-			}
-			if err := s.DeleteOverride(ctx, keycap.NewPoolID("never", "set")); err != nil {
-				t.Fatal(err)
-			}
-			if v2, _, err := s.Overrides(ctx, v); err != nil || v2 != v {
-				t.Fatalf("deleting what was never set moved the version: %d → %d, %v", v, v2, err)
-			}
-			set, version := s.OverrideKeys()
-			if be.name == "cluster" && c.ClusterKeySlot(ctx, set).Val() != c.ClusterKeySlot(ctx, version).Val() {
-				t.Fatal("the overrides' keys are on two slots")
-			}
-		})
-	}
+	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := context.Background()
+		o := keycap.Override{Family: keycap.FamilyConn | 0x80, Name: "5|x|\x00|", Key: "|\xff\x00é|", Max: keycap.KeepMax, Share: 7, TTL: time.Minute}
+		o.Pool = keycap.PoolIDOf(o.Family, o.Name, o.Key)
+		if err := s.SetOverride(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		v, list, err := s.Overrides(ctx, 0)
+		if err != nil || v == 0 || len(list) != 1 {
+			t.Fatalf("Overrides: %d, %+v, %v", v, list, err)
+		}
+		got := list[0]
+		if got.TTL <= 0 || got.TTL > time.Minute {
+			t.Fatalf("TTL %s, want the time left of 1m", got.TTL)
+		}
+		got.TTL = o.TTL
+		if got != o {
+			t.Fatalf("read back %+v, want %+v", got, o)
+		}
+		if v2, list, err := s.Overrides(ctx, v); err != nil || v2 != v || list != nil {
+			t.Fatalf("unchanged: %d, %+v, %v", v2, list, err)
+		}
+		if err := s.DeleteOverride(ctx, keycap.NewPoolID("never", "set")); err != nil {
+			t.Fatal(err)
+		}
+		if v2, _, err := s.Overrides(ctx, v); err != nil || v2 != v {
+			t.Fatalf("deleting what was never set moved the version: %d → %d, %v", v, v2, err)
+		}
+		set, version := s.OverrideKeys()
+		if _, cluster := c.(*redis.ClusterClient); cluster && c.ClusterKeySlot(ctx, set).Val() != c.ClusterKeySlot(ctx, version).Val() {
+			t.Fatal("the overrides' keys are on two slots")
+		}
+	})
 }
 
 // TestInspectRing: a ring's shards are walked too (here a ring of one).
@@ -383,46 +375,41 @@ func TestInspectRing(t *testing.T) {
 // node for the reads, whatever the number of pools read.
 func TestInspectRoundTrips(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			c := be.client(t)
-			s := newStore(t, c, testenv.Prefix(t, c))
-			ctx := context.Background()
-			name := "insp-rt"
-			parent := keycap.MustParent("insp-rt", 10).Pool()
-			for i := range 30 {
-				p := keycap.NewPoolID(name, fmt.Sprint(i))
-				if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); !ok || err != nil {
+	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := context.Background()
+		name := "insp-rt"
+		parent := keycap.MustParent("insp-rt", 10).Pool()
+		for i := range 30 {
+			p := keycap.NewPoolID(name, fmt.Sprint(i))
+			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+			if i < 5 {
+				d := keycap.Demand{Pool: keycap.NewPoolID(name, fmt.Sprint("kid", i)), Owner: keycap.NewOwner(), Max: 1, TTL: time.Minute, Weight: 1, Parent: parent, ParentMax: 10, Share: 1}
+				if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
 					t.Fatal(ok, err)
 				}
-				if i < 5 {
-					d := keycap.Demand{Pool: keycap.NewPoolID(name, fmt.Sprint("kid", i)), Owner: keycap.NewOwner(), Max: 1, TTL: time.Minute, Weight: 1, Parent: parent, ParentMax: 10, Share: 1}
-					if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-						t.Fatal(ok, err)
-					}
-				}
 			}
-			tag := keycap.TagOf(keycap.FamilyApp, name)
-			pages(t, s, tag, 1000) // warm up: scripts, connections, slots
-			nodes := 1
-			if cc, ok := c.(*redis.ClusterClient); ok {
-				var masters atomic.Int64
-				_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters.Add(1); return nil })
-				nodes = int(masters.Load())
-			}
-			calls := countScans(c)
-			pools, n, _ := pages(t, s, tag, 1000)
-			if len(pools) != 35 {
-				t.Fatalf("%d pools, want 35", len(pools))
-			}
-			reads := calls.others.Load()
-			t.Logf("%d pages: %d SCANs, %d round trips of reads on %d nodes", n, calls.n.Load(), reads, nodes)
-			if reads > int64(n*nodes) {
-				t.Fatalf("%d round trips of reads in %d pages on %d nodes, want at most one per page and node", reads, n, nodes)
-			}
-		})
-	}
+		}
+		tag := keycap.TagOf(keycap.FamilyApp, name)
+		pages(t, s, tag, 1000) // warm up: scripts, connections, slots
+		nodes := 1
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			var masters atomic.Int64
+			_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters.Add(1); return nil })
+			nodes = int(masters.Load())
+		}
+		calls := countScans(c)
+		pools, n, _ := pages(t, s, tag, 1000)
+		if len(pools) != 35 {
+			t.Fatalf("%d pools, want 35", len(pools))
+		}
+		reads := calls.others.Load()
+		t.Logf("%d pages: %d SCANs, %d round trips of reads on %d nodes", n, calls.n.Load(), reads, nodes)
+		if reads > int64(n*nodes) {
+			t.Fatalf("%d round trips of reads in %d pages on %d nodes, want at most one per page and node", reads, n, nodes)
+		}
+	})
 }
 
 // TestOverridesVersionAfterLoss: a Redis that lost the overrides and their

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
@@ -23,16 +21,10 @@ import (
 // release does not wait). Each goroutine has a pool of its own, with room:
 // the rows measure the operations, not contention.
 func BenchmarkPairsVsPing(b *testing.B) {
-	for _, store := range []struct {
-		name string
-		open func(testing.TB) redis.UniversalClient
-	}{
-		{"redis", func(t testing.TB) redis.UniversalClient { return testenv.Redis(t) }},
-		{"cluster", func(t testing.TB) redis.UniversalClient { return testenv.RedisCluster(t) }},
-	} {
+	for _, store := range backends {
 		for _, g := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", store.name, g), func(b *testing.B) {
-				c := store.open(b)
+				c := store.client(b)
 				s := newStore(b, c, testenv.Prefix(b, c))
 				l := benchLimiter(b, s)
 				ctx := context.Background()

@@ -26,16 +26,7 @@ import (
 // ratio of the two rates; the p50 and p99 latencies are reported for each.
 // The upstream=5ms rows proxy to an upstream that takes 5 ms per request.
 func BenchmarkProxy(b *testing.B) {
-	// Two upstreams: one that answers at once (the worst case: the
-	// gateway's own costs show in full) and one that spends 5 ms waiting,
-	// as an application calling its database does.
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/io" {
-			time.Sleep(5 * time.Millisecond)
-		}
-		_, _ = io.WriteString(w, "hello")
-	}))
-	defer upstream.Close()
+	upstream := benchUpstream(b)
 	bare := httptest.NewServer(bareProxy(b, upstream.URL))
 	defer bare.Close()
 	stores := []struct{ name, yaml string }{
@@ -43,22 +34,7 @@ func BenchmarkProxy(b *testing.B) {
 		{"redis", "store: {type: redis, url: 'redis://" + testenv.RedisAddr() + "', prefix: '" + testenv.Prefix(b, testenv.Redis(b)) + "'}\n"},
 	}
 	for _, st := range stores {
-		cfg, err := gateway.ParseConfig("bench.yaml", []byte(st.yaml+"upstream: "+upstream.URL+`
-routes:
-  - name: api
-    path: /
-    limits:
-      - max: 1000   # room for every request: the row measures the gateway, not refusals
-        key: header:X-User
-`))
-		if err != nil {
-			b.Fatal(err)
-		}
-		g, err := gateway.New(cfg, slog.New(slog.DiscardHandler))
-		if err != nil {
-			b.Fatal(err)
-		}
-		gw := httptest.NewServer(g)
+		g, gw := benchGateway(b, st.yaml, upstream.URL)
 		for _, conc := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", st.name, conc), func(b *testing.B) {
 				benchPair(b, conc, bare.URL, gw.URL)
@@ -70,6 +46,43 @@ routes:
 		gw.Close()
 		g.Close()
 	}
+}
+
+// benchUpstream serves two paths: / answers at once (the worst case: a
+// proxy's own costs show in full), /io after 5 ms, as an application
+// calling its database does.
+func benchUpstream(b *testing.B) *httptest.Server {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/io" {
+			time.Sleep(5 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, "hello")
+	}))
+	b.Cleanup(upstream.Close)
+	return upstream
+}
+
+// benchGateway starts a gateway on the store of storeYAML in front of
+// upstream, one route over every path with one limit per X-User that has
+// room for every request (the rows measure the gateway, not refusals). The
+// caller closes both.
+func benchGateway(b *testing.B, storeYAML, upstream string) (*gateway.Gateway, *httptest.Server) {
+	cfg, err := gateway.ParseConfig("bench.yaml", []byte(storeYAML+"upstream: "+upstream+`
+routes:
+  - name: api
+    path: /
+    limits:
+      - max: 1000
+        key: header:X-User
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gateway.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g, httptest.NewServer(g)
 }
 
 // benchPair runs b.N requests against each of bare and gw in alternating

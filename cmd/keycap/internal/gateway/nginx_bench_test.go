@@ -2,10 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -13,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keycap/keycap/cmd/keycap/internal/gateway"
 	"github.com/keycap/keycap/internal/testenv"
 )
 
@@ -31,34 +27,14 @@ func BenchmarkProxyVsNginx(b *testing.B) {
 			b.Skip("nginx not installed (apt-get install nginx-light, or set KEYCAP_NGINX)")
 		}
 	}
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/io" {
-			time.Sleep(5 * time.Millisecond)
-		}
-		_, _ = io.WriteString(w, "hello")
-	}))
-	defer upstream.Close()
+	upstream := benchUpstream(b)
 	bare := httptest.NewServer(bareProxy(b, upstream.URL))
 	defer bare.Close()
 	nginx := startNginx(b, bin, upstream.Listener.Addr().String())
 
-	cfg, err := gateway.ParseConfig("bench.yaml", []byte("store: {type: redis, url: 'redis://"+testenv.RedisAddr()+"', prefix: '"+testenv.Prefix(b, testenv.Redis(b))+"'}\nupstream: "+upstream.URL+`
-routes:
-  - name: api
-    path: /
-    limits:
-      - max: 1000   # room for every request, as nginx's limit_conn below
-        key: header:X-User
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := gateway.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
+	// limit_conn below has room for every request, as the gateway's limit.
+	g, gw := benchGateway(b, "store: {type: redis, url: 'redis://"+testenv.RedisAddr()+"', prefix: '"+testenv.Prefix(b, testenv.Redis(b))+"'}\n", upstream.URL)
 	defer g.Close()
-	gw := httptest.NewServer(g)
 	defer gw.Close()
 	for _, path := range []string{"", "/io"} {
 		name := "upstream=0"
