@@ -17,19 +17,21 @@ func init() {
 	}
 }
 
-// TestPoolNamesMatchNames checks that the names the hot calls build in one
-// buffer are the store's names, for a short prefix (in the buffer) and a
-// long one (on the heap).
-func TestPoolNamesMatchNames(t *testing.T) {
+// TestPoolNamesMatchKey checks the names the calls build in one buffer:
+// the pool's key is Key's, its line's and channel's share its hash tag, and
+// the owner follows, for a short prefix (in the buffer) and a long one (on
+// the heap).
+func TestPoolNamesMatchKey(t *testing.T) {
 	for _, prefix := range []string{"", "app:", strings.Repeat("p", 64) + ":"} {
 		s := &Store{prefix: prefix}
 		pool := keycap.NewPoolID("names", prefix)
 		owner := keycap.NewOwner()
 		var n poolNames
 		n.fill(prefix, pool, owner)
-		keys, channel := s.names(pool)
-		if !slices.Equal(n.keys[:], keys) || n.channel != channel || n.owner != string(owner[:]) {
-			t.Errorf("prefix %q: built %q %q %x, want %q %q %x", prefix, n.keys, n.channel, n.owner, keys, channel, owner[:])
+		tag := "{" + pool.String() + "}"
+		want := []string{s.Key(pool), prefix + "keycap:line:" + tag, prefix + "keycap:lmeta:" + tag}
+		if !slices.Equal(n.keys[:], want) || n.channel != prefix+"keycap:wake:"+tag || n.owner != string(owner[:]) {
+			t.Errorf("prefix %q: built %q %q %x, want %q %q %x", prefix, n.keys, n.channel, n.owner, want, prefix+"keycap:wake:"+tag, owner[:])
 		}
 	}
 }

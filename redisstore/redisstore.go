@@ -247,11 +247,12 @@ func (s *Store) Channel(pool keycap.PoolID) string {
 }
 
 // names returns the keys of pool's scripts (its slots, as Key, and its
-// line's two keys) and its channel, with one hex encoding.
+// line's two keys) and its channel, built as the hot calls build them
+// (poolNames, calls.go).
 func (s *Store) names(pool keycap.PoolID) (keys []string, channel string) {
-	h := pool.String()
-	p := s.prefix + "keycap:"
-	return []string{p + "slots:{" + h + "}", p + "line:{" + h + "}", p + "lmeta:{" + h + "}"}, p + "wake:{" + h + "}"
+	n := new(poolNames)
+	n.fill(s.prefix, pool, keycap.Owner{})
+	return n.keys[:], n.channel
 }
 
 // ms converts a TTL to whole milliseconds, rounding up so that a lease never
