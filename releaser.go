@@ -24,6 +24,7 @@ type releaser struct {
 	// them.
 	inflightMu sync.Mutex
 	inflight   int
+	due        time.Duration // when the last release sent is due, answered or not (its budget ends)
 	drained    chan struct{} // closed when inflight falls to 0 after Close began
 
 	mu      sync.Mutex
@@ -130,11 +131,13 @@ func (r *releaser) flush() bool {
 // without waiting for the store's answer: a failure is retried as one that
 // was waited for, and local waiters are woken once the slot is free.
 func (r *releaser) send(lim Limit, owner Owner, until time.Duration) {
+	l := r.l
+	budget := l.budgetOf(lim)
 	r.inflightMu.Lock()
 	r.inflight++
+	r.due = max(r.due, l.now()+budget)
 	r.inflightMu.Unlock()
-	l := r.l
-	r.async.ReleaseAsync(lim.pool, owner, l.budgetOf(lim), func(err error) {
+	r.async.ReleaseAsync(lim.pool, owner, budget, func(err error) {
 		if err != nil {
 			l.storeFailed(lim, err)
 			r.retry(lim, owner, until)
@@ -152,8 +155,13 @@ func (r *releaser) send(lim Limit, owner Owner, until time.Duration) {
 	})
 }
 
+// drainGrace is how long past the last release's budget Close waits for
+// the store to answer it.
+const drainGrace = time.Second
+
 // drain waits for the releases in flight: each is answered, or fails,
-// within its budget.
+// within its budget. It waits no longer than the last one's budget and
+// drainGrace: a store that breaks its word leaves them to their TTL.
 func (r *releaser) drain() {
 	r.inflightMu.Lock()
 	if r.inflight == 0 {
@@ -162,8 +170,14 @@ func (r *releaser) drain() {
 	}
 	ch := make(chan struct{})
 	r.drained = ch
+	wait := r.due - r.l.now() + drainGrace
 	r.inflightMu.Unlock()
-	<-ch
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
 }
 
 // close stops the loop after one last try of what is pending.
