@@ -21,10 +21,15 @@ if waiting then
   fill(max, now, ARGV[4])
   waiting = redis.call('EXISTS', line) == 1
 end
-local held = redis.call('ZSCORE', slots, owner)
-if not held and (waiting or redis.call('ZCARD', slots) + w > max) then
+-- The common case first, a pool with room: ZADD tells a new lease (1) from
+-- one the owner holds already (0), so that needs no ZSCORE.
+local n = not waiting and redis.call('ZCARD', slots)
+if n and n + w <= max then
+  lease(owner, w, now + ttl, redis.call('ZADD', slots, now + ttl, owner) == 0, true)
+elseif redis.call('ZSCORE', slots, owner) then
+  lease(owner, w, now + ttl, true)
+else
   return 0
 end
-lease(owner, w, now + ttl, held)
-keep(slots, ttl)
+keep(slots, ttl, n == 0)
 return 1

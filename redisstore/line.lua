@@ -17,9 +17,12 @@ end
 -- lease adds owner o's lease of weight w, expiring at exp: its owner token
 -- and w-1 more members, o .. '#' .. i, all of one expiry, so that ZCARD
 -- counts slots. With held, o holds a lease already: it is moved to exp,
--- whatever its weight (a weight changed since keeps the lease's).
-local function lease(o, w, exp, held)
-  redis.call('ZADD', slots, exp, o)
+-- whatever its weight (a weight changed since keeps the lease's). With added,
+-- the caller has put the owner token itself at exp.
+local function lease(o, w, exp, held, added)
+  if not added then
+    redis.call('ZADD', slots, exp, o)
+  end
   if held then
     local i = 1
     while redis.call('ZSCORE', slots, o .. '#' .. i) do
@@ -33,9 +36,19 @@ local function lease(o, w, exp, held)
   end
 end
 
--- keep makes key live at least ms from now.
-local function keep(key, ms)
-  if redis.call('PTTL', key) < ms then
+-- keep makes key live at least ms from now; fresh says key has no expiry yet
+-- (it was just created). On Redis 7 and later, PEXPIRE's GT option makes that
+-- one command where the key exists, which is the common case; before, it
+-- takes PTTL and PEXPIRE.
+local gt = redis.REDIS_VERSION_NUM ~= nil
+local function keep(key, ms, fresh)
+  if fresh then
+    redis.call('PEXPIRE', key, ms)
+  elseif gt then
+    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, ms)
+    end
+  elseif redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
   end
 end
@@ -68,7 +81,7 @@ local function fill(max, now, channel)
         break -- the head waits for w free slots
       end
       lease(o, w, now + claim, false)
-      keep(slots, claim)
+      keep(slots, claim, n == 0)
       n = n + w
       served[#served + 1] = o
     end

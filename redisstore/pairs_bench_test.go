@@ -104,3 +104,61 @@ func BenchmarkPairLatency(b *testing.B) {
 		b.ReportMetric(float64(m.d[len(m.d)*99/100].Microseconds()), m.name+"-p99-µs")
 	}
 }
+
+// BenchmarkRedisCPUPerPair measures the CPU one Redis spends (INFO cpu, its
+// whole process: parsing, scripts and replies) per acquire+release pair at 64
+// goroutines, for the store's own calls and through the Limiter, whose
+// release rides in a later pipeline (the last few of a round's releases
+// are counted in the next round's). Redis time is what caps pairs/s when
+// Redis shares the machine's cores with its clients.
+func BenchmarkRedisCPUPerPair(b *testing.B) {
+	const g = 64
+	c := testenv.Redis(b)
+	s := newStore(b, c, testenv.Prefix(b, c))
+	l := benchLimiter(b, s)
+	ctx := context.Background()
+	pools := make([]keycap.PoolID, g)
+	limits := make([]keycap.Limit, g)
+	for i := range pools {
+		pools[i] = keycap.NewPoolID("cpu", fmt.Sprint(i))
+		limits[i] = keycap.MustLimit("cpu-limiter", fmt.Sprint(i), 1)
+	}
+	ops := []struct {
+		name string
+		pair func(w int) error
+	}{
+		{"store", func(w int) error {
+			o := keycap.NewOwner()
+			ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
+			if err != nil || !ok {
+				return fmt.Errorf("acquire: %v %v", ok, err)
+			}
+			return s.Release(ctx, pools[w], o)
+		}},
+		{"limiter", func(w int) error {
+			ls, err := l.Acquire(ctx, limits[w])
+			if err != nil {
+				return err
+			}
+			ls.Release()
+			return nil
+		}},
+	}
+	for _, op := range ops {
+		testkit.Rounds(b, g, 500, op.pair)
+	}
+	cpu := make([]float64, len(ops))
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(b.N-done, 5000)
+		for i, op := range ops {
+			before := serverCPU(b, c)
+			testkit.Rounds(b, g, n, op.pair)
+			cpu[i] += serverCPU(b, c) - before
+		}
+		done += n
+	}
+	for i, op := range ops {
+		b.ReportMetric(1000*cpu[i]/float64(b.N), op.name+"-redis-cpu-µs/pair")
+	}
+}

@@ -18,12 +18,22 @@ local w = tonumber(ARGV[7]) or 1
 local now = clock()
 
 redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-fill(max, now, ARGV[6])
 local waiting = redis.call('EXISTS', line) == 1
-local held = redis.call('ZSCORE', slots, owner)
-if held or (not waiting and redis.call('ZCARD', slots) + w <= max) then
-  lease(owner, w, now + ttl, held)
-  keep(slots, ttl)
+if waiting then
+  fill(max, now, ARGV[6])
+  waiting = redis.call('EXISTS', line) == 1
+end
+-- As in acquire.lua: a pool with room first, where ZADD tells a held lease.
+local n = not waiting and redis.call('ZCARD', slots)
+local granted = n and n + w <= max
+if granted then
+  lease(owner, w, now + ttl, redis.call('ZADD', slots, now + ttl, owner) == 0, true)
+elseif redis.call('ZSCORE', slots, owner) then
+  lease(owner, w, now + ttl, true)
+  granted = true
+end
+if granted then
+  keep(slots, ttl, n == 0)
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)
   end
@@ -37,6 +47,6 @@ if w > 1 then
   m = m .. ':' .. w
 end
 redis.call('HSET', meta, owner, m, 'max', max)
-keep(line, tttl + claim)
+keep(line, tttl + claim, not waiting)
 keep(meta, tttl + claim)
 return {0, redis.call('ZRANK', line, owner)}

@@ -29,7 +29,10 @@ redis.call('ZADD', key, 'XX', now + ttl, owner)
 for i = 1, w - 1 do
   redis.call('ZADD', key, 'XX', now + ttl, owner .. '#' .. i)
 end
-if redis.call('PTTL', key) < ttl then
-  redis.call('PEXPIRE', key, ttl)
+-- At least ttl from now: PEXPIRE's GT (Redis 7) makes that one command.
+if not redis.REDIS_VERSION_NUM or redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
 end
 return 1

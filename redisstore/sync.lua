@@ -41,8 +41,11 @@ for k = 1, #KEYS do
       args[#args + 1] = ARGV[i]
     end
     redis.call('ZADD', key, unpack(args))
-    if redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, ttl)
+    -- At least ttl from now: PEXPIRE's GT (Redis 7) makes that one command.
+    if not redis.REDIS_VERSION_NUM or redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+      if redis.call('PTTL', key) < ttl then
+        redis.call('PEXPIRE', key, ttl)
+      end
     end
   end
   out[k] = removed

@@ -1,0 +1,79 @@
+package redisstore
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keycap/keycap/internal/testenv"
+)
+
+// TestScriptsKeepKeysAlive checks how the scripts keep their keys alive, on
+// Redis 7 (PEXPIRE … GT) and as on Redis 6.2 (PTTL, then PEXPIRE: the same
+// scripts with redis.REDIS_VERSION_NUM hidden, which only Redis 7 sets): a
+// new key gets the lease's ttl, a longer ttl extends it, a shorter one leaves
+// it, and a key that lost its expiry (PERSIST) gets it back.
+func TestScriptsKeepKeysAlive(t *testing.T) {
+	c := testenv.Redis(t)
+	ctx := context.Background()
+	for _, redis7 := range []bool{true, false} {
+		name := map[bool]string{true: "redis7", false: "redis6.2"}[redis7]
+		t.Run(name, func(t *testing.T) {
+			script := func(src string) *redis.Script {
+				if !redis7 {
+					src = strings.ReplaceAll(src, "redis.REDIS_VERSION_NUM", "nil")
+				}
+				return redis.NewScript(src)
+			}
+			acquire, queue := script(lineLua+acquireLua), script(lineLua+queueLua)
+			renew, sync := script(renewLua), script(syncLua)
+			p := testenv.Prefix(t, c) + name + ":"
+			slots, line, meta := p+"{t}s", p+"{t}l", p+"{t}m"
+			keys := []string{slots, line, meta}
+			run := func(s *redis.Script, keys []string, args ...any) {
+				t.Helper()
+				if err := s.Run(ctx, c, keys, args...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// ttl reads key's ttl and checks it is within (want-2s, want].
+			ttl := func(key string, want time.Duration) {
+				t.Helper()
+				got, err := c.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got > want || got <= want-2*time.Second {
+					t.Fatalf("%s: ttl %v, want %v", key, got, want)
+				}
+			}
+			run(acquire, keys, "a", 10, 60_000, p+"w")
+			ttl(slots, time.Minute)
+			run(acquire, keys, "b", 10, 5_000, p+"w") // shorter: kept
+			ttl(slots, time.Minute)
+			run(acquire, keys, "c", 10, 120_000, p+"w", 2) // longer: extended
+			ttl(slots, 2*time.Minute)
+			run(renew, []string{slots}, "a", 300_000)
+			ttl(slots, 5*time.Minute)
+			if err := c.Persist(ctx, slots).Err(); err != nil {
+				t.Fatal(err)
+			}
+			run(acquire, keys, "a", 10, 60_000, p+"w") // held: renewed
+			ttl(slots, time.Minute)
+			if n, err := c.ZCard(ctx, slots).Result(); err != nil || n != 4 {
+				t.Fatalf("slots hold %d members (%v), want 4: a, b, c and c#1", n, err)
+			}
+			run(queue, keys, "d", 4, 60_000, 30_000, 10_000, p+"w") // full: a ticket
+			ttl(line, 40*time.Second)
+			ttl(meta, 40*time.Second)
+			if err := c.Persist(ctx, slots).Err(); err != nil {
+				t.Fatal(err)
+			}
+			run(sync, []string{slots}, "zzzzzzzz", 90_000, 1, "zzzzzzzz1")
+			ttl(slots, 90*time.Second)
+		})
+	}
+}
