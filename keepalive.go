@@ -218,6 +218,7 @@ func (k *keeper) collect(now time.Duration) time.Duration {
 				case !s.held || s.lost || ls.released:
 				case s.renewAt-s.limit.ttl/12 <= now:
 					k.work = append(k.work, renewRef{ls, j})
+					ls.pins++ // not reused until renew is done with it
 				default:
 					next = min(next, s.renewAt)
 				}
@@ -281,6 +282,7 @@ func (k *keeper) renew() {
 			rerr = r.Err
 		}
 		ls.mu.Lock()
+		ls.pins--
 		switch {
 		case ls.released:
 		case rerr != nil:

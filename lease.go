@@ -20,11 +20,14 @@ type Lease struct {
 	// The keeper's list of held leases, guarded by the keeper shard's lock.
 	prev, next *Lease
 
+	pins uint16 // the keeper's renewals under way that read the lease (one per slot at most); guarded by mu
+
 	member   bool // a member lease of the node, kept by its heartbeat (AcquireAs)
 	admitted bool // handed to its holder
 	released bool // guarded by mu
 	lost     bool // guarded by mu
 	listed   bool // guarded by the keeper shard's lock
+	plain    bool // one limit, taken without waiting: reusable once released (see reuse)
 }
 
 // leaseExtra is what only some leases carry, apart so that the common
@@ -60,8 +63,19 @@ type slot struct {
 	lost     bool          // found gone on renewal
 }
 
-func newLease(l *Limiter, limits []Limit, now time.Duration) *Lease {
-	ls := &Lease{l: l, owner: l.newOwner(now), acquired: now}
+// newLease makes a lease of limits, acquired at now; with reuse, one that
+// Lease.reuse kept, if any.
+func newLease(l *Limiter, limits []Limit, now time.Duration, reuse bool) *Lease {
+	var ls *Lease
+	if reuse && len(limits) == 1 {
+		if v, ok := l.free.Get().(*Lease); ok {
+			ls = v
+		}
+	}
+	if ls == nil {
+		ls = new(Lease)
+	}
+	ls.l, ls.owner, ls.acquired = l, l.newOwner(now), now
 	if len(limits) == 1 {
 		ls.slots = ls.one[:]
 	} else {
@@ -134,6 +148,28 @@ func (ls *Lease) markLost(s *slot) chan struct{} {
 // background until it succeeds or the slot expires in the store.
 func (ls *Lease) Release() {
 	ls.release(-1)
+}
+
+// reuse releases ls and, when nothing but its caller can still reach it,
+// keeps it for a later lease of the Limiter: the steady path of Do allocates
+// no lease. Only a caller that never let ls out of its hands may call it, and
+// it must not touch ls afterwards (not even to Release it again). What could
+// still reach a released lease is ruled out here: the keeper's renewal under
+// way (pins), a Lost channel or a shadow (extra), the node's heartbeat
+// (member), a wait in a line (plain), and the timers of Close (closed).
+func (ls *Lease) reuse() {
+	ls.Release()
+	l := ls.l
+	if !ls.plain || ls.member || len(ls.slots) != 1 || l.closed.Load() {
+		return
+	}
+	ls.mu.Lock()
+	ok := ls.pins == 0 && ls.extra == nil
+	ls.mu.Unlock()
+	if ok {
+		*ls = Lease{}
+		l.free.Put(ls)
+	}
 }
 
 // release frees every held slot and reports SlotReleased for the first

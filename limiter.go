@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,7 @@ type Limiter struct {
 
 	outages  outages
 	closed   atomic.Bool
+	free     sync.Pool // released leases kept for reuse (Lease.reuse)
 	keeper   keeper
 	releaser releaser
 	waiters  waiters
@@ -203,12 +205,13 @@ func (l *Limiter) precise() time.Duration { return coarse.Precise() - l.origin }
 // otherwise polls every 100 ms ± 50 %. Acquire with no limits returns an
 // empty lease.
 func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) {
-	return l.acquire(ctx, nil, nil, limits)
+	return l.acquire(ctx, nil, nil, limits, false)
 }
 
 // acquire is Acquire, AcquireAs when member is not nil, or AcquireOrPark
-// when park is not nil.
-func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, limits []Limit) (*Lease, error) {
+// when park is not nil. With reuse, the lease may be one that Lease.reuse
+// kept (Do).
+func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, limits []Limit, reuse bool) (*Lease, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -241,7 +244,7 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 	}
 
 	start := l.now()
-	ls := newLease(l, limits, start)
+	ls := newLease(l, limits, start, reuse)
 	if len(limits) == 0 { // nothing to take (every limit a shadow): whatever the path
 		l.admit(ctx, ls, 0)
 		return ls, nil
@@ -296,6 +299,7 @@ func (l *Limiter) acquireLease(ctx context.Context, ls *Lease, wait, start time.
 		l.refused(ctx, *refused, 0)
 		return nil, &LimitError{Limit: *refused}
 	}
+	ls.plain = len(ls.slots) == 1
 	l.admit(ctx, ls, 0)
 	return ls, nil
 }
@@ -597,12 +601,13 @@ func (l *Limiter) storeAnswered(pool PoolID) {
 
 // Do runs fn while holding one slot of every limit, and releases them when fn
 // returns or panics. It returns Acquire's error without running fn, or fn's
-// error.
+// error. Since fn never sees the lease, Do reuses it: with one limit taken
+// without waiting, its steady path allocates nothing.
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits ...Limit) error {
-	ls, err := l.Acquire(ctx, limits...)
+	ls, err := l.acquire(ctx, nil, nil, limits, true)
 	if err != nil {
 		return err
 	}
-	defer ls.Release()
+	defer ls.reuse() // fn never sees ls
 	return fn(ctx)
 }

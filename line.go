@@ -168,7 +168,7 @@ func (l *Limiter) AcquireOrPark(ctx context.Context, p Parking, limits ...Limit)
 	if p.For <= 0 || p.Claim <= 0 || p.Wake == nil {
 		return nil, fmt.Errorf("%w: parking needs a positive For and Claim, and a Wake (got %s, %s)", ErrInvalidLimit, p.For, p.Claim)
 	}
-	return l.acquire(ctx, nil, &p, limits)
+	return l.acquire(ctx, nil, &p, limits, false)
 }
 
 // Unpark takes owner out of the lines of limits, where AcquireOrPark

@@ -53,7 +53,7 @@ func (l *Limiter) AcquireAs(ctx context.Context, member string, limits ...Limit)
 			limits[i].ttl = MemberTTLBeats * l.nodes.interval
 		}
 	}
-	return l.acquire(ctx, &member, nil, limits)
+	return l.acquire(ctx, &member, nil, limits, false)
 }
 
 // MemberTTLBeats is the TTL of a member lease whose limit has no WithTTL, in

@@ -49,7 +49,7 @@ func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Par
 			sh.Release()
 		}
 	}()
-	ls, err := l.acquire(ctx, member, park, enforced)
+	ls, err := l.acquire(ctx, member, park, enforced, false)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (l *Limiter) acquireShadowed(ctx context.Context, member *string, park *Par
 // admitted, or nil when none was.
 func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
 	now := l.now()
-	ls := newLease(l, limits, now)
+	ls := newLease(l, limits, now, false)
 	if l.inspect != nil {
 		if label, ok := ctx.Value(labelKey{}).(string); ok {
 			ls.more().label = label

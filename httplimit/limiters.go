@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -247,13 +248,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		limits = append(limits, lim)
 	}
 
-	lease, err := h.ls.limiter.Acquire(r.Context(), limits...)
-	if err != nil {
+	// Do releases the slots after the handler returns or panics, and reuses
+	// the lease: the handler never sees it. Its only error is Acquire's.
+	if err := h.ls.limiter.Do(r.Context(), func(context.Context) error {
+		h.next.ServeHTTP(w, r)
+		return nil
+	}, limits...); err != nil {
 		h.refuse(w, r, slots, limits, err)
-		return
 	}
-	defer lease.Release() // after the handler returns or panics
-	h.next.ServeHTTP(w, r)
 }
 
 // newLimit builds the keycap limit of s.

@@ -62,6 +62,9 @@ func BenchmarkInProcessSlot(b *testing.B) {
 			ls.Release()
 			return nil
 		}},
+		{"keycap-limiter-do", func(keycap.Owner) error { // Do: the lease is reused
+			return l.Do(ctx, noop, limit)
+		}},
 	}
 	for _, c := range cases {
 		b.Run(c.name+"/serial", func(b *testing.B) {
@@ -87,3 +90,5 @@ func BenchmarkInProcessSlot(b *testing.B) {
 		})
 	}
 }
+
+func noop(context.Context) error { return nil }

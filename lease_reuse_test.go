@@ -1,0 +1,118 @@
+package keycap_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+)
+
+// TestDoAllocatesNoLease checks the steady path of Do on memstore: the
+// lease of one call is reused by the next, so a call allocates nothing.
+func TestDoAllocatesNoLease(t *testing.T) {
+	l, _ := newLimiter(t, memstore.New())
+	lim := limit(t, "reuse", "k", 1)
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	if err := l.Do(ctx, fn, lim); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		if err := l.Do(ctx, fn, lim); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("Do allocates %v times a call, want 0", n)
+	}
+}
+
+// renewGate is a store whose first Renew waits for its gate to open and
+// then reports every lease of its batch lost; later Renews pass through,
+// each signalling on later.
+type renewGate struct {
+	keycap.Store
+	calls   atomic.Int64
+	entered chan struct{} // closed when the first Renew has its batch
+	gate    chan struct{} // the first Renew waits for it to close
+	later   chan struct{} // a send per later Renew
+}
+
+func (g *renewGate) Renew(ctx context.Context, batch []keycap.Renewal) error {
+	if g.calls.Add(1) > 1 {
+		select {
+		case g.later <- struct{}{}:
+		default:
+		}
+		return g.Store.Renew(ctx, batch)
+	}
+	close(g.entered)
+	select {
+	case <-g.gate:
+	case <-time.After(5 * time.Second):
+	}
+	for i := range batch {
+		batch[i].Lost = true
+	}
+	return nil
+}
+
+// TestDoReusesNoLeaseARenewalHolds checks that a lease released while its
+// renewal is under way is not reused: the renewal, which reports it lost,
+// must not reach the lease of the next Do (which would then be reported
+// lost too).
+func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
+	g := &renewGate{Store: memstore.New(), entered: make(chan struct{}), gate: make(chan struct{}), later: make(chan struct{}, 1)}
+	t.Cleanup(func() {
+		select {
+		case <-g.gate:
+		default:
+			close(g.gate) // unblocks a Renew that a failed test left waiting
+		}
+	})
+	lost := make(chan struct{}, 1)
+	l, err := keycap.NewLimiter(g, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.LeaseLost {
+			select {
+			case lost <- struct{}{}:
+			default:
+			}
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	lim := limit(t, "reuse", "k", 2, keycap.WithTTL(30*time.Millisecond))
+	ctx := context.Background()
+	err = l.Do(ctx, func(context.Context) error {
+		select {
+		case <-g.entered:
+			return nil
+		case <-time.After(5 * time.Second):
+			t.Fatal("no renewal within 5 s")
+			return nil
+		}
+	}, lim) // released while its renewal waits
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Do(ctx, func(context.Context) error {
+		close(g.gate) // the renewal of the first lease ends: lost
+		select {      // the keeper is done with that batch when it renews again
+		case <-g.later:
+			return nil
+		case <-lost:
+			t.Error("LeaseLost: a released lease's renewal reached a later lease")
+			return nil
+		case <-time.After(5 * time.Second):
+			t.Fatal("no second renewal within 5 s")
+			return nil
+		}
+	}, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
