@@ -158,29 +158,25 @@ func (ls *Lease) Release() {
 // way (pins), a Lost channel or a shadow (extra), the node's heartbeat
 // (member), a wait in a line (plain), and the timers of Close (closed).
 func (ls *Lease) reuse() {
-	ls.Release()
 	l := ls.l
-	if !ls.plain || ls.member || len(ls.slots) != 1 || l.closed.Load() {
-		return
-	}
-	ls.mu.Lock()
-	ok := ls.pins == 0 && ls.extra == nil
-	ls.mu.Unlock()
-	if ok {
+	if ls.release(-1) && ls.plain && !ls.member && len(ls.slots) == 1 && !l.closed.Load() {
 		*ls = Lease{}
 		l.free.Put(ls)
 	}
 }
 
 // release frees every held slot and reports SlotReleased for the first
-// reported held slots (all when reported < 0).
-func (ls *Lease) release(reported int) {
+// reported held slots (all when reported < 0). It reports whether ls was
+// released here with no renewal reading it and no extra: once released, no
+// renewal starts reading it (the keeper skips released leases).
+func (ls *Lease) release(reported int) (unread bool) {
 	ls.mu.Lock()
 	if ls.released {
 		ls.mu.Unlock()
-		return
+		return false
 	}
 	ls.released = true
+	unread = ls.pins == 0 && ls.extra == nil
 	var shadow *Lease
 	if ls.extra != nil {
 		shadow = ls.extra.shadow
@@ -202,7 +198,7 @@ func (ls *Lease) release(reported int) {
 		}
 	}
 	if l.observer == nil {
-		return
+		return unread
 	}
 	held := l.precise() - ls.acquired
 	for i := range ls.slots {
@@ -214,4 +210,5 @@ func (ls *Lease) release(reported int) {
 			l.observer.Observe(Event{Kind: SlotReleased, Family: s.limit.family, Limit: s.limit, Held: held})
 		}
 	}
+	return unread
 }
