@@ -36,16 +36,19 @@ local function lease(o, w, exp, held, added)
   end
 end
 
--- keep makes key live at least ms from now; fresh says key has no expiry yet
--- (it was just created). On Redis 7 and later, PEXPIRE's GT option makes that
--- one command where the key exists, which is the common case; before, it
--- takes PTTL and PEXPIRE.
+-- keep makes key live at least ms from now. fresh true says key was just
+-- created (it has no expiry yet), false that it existed before this call
+-- (so it has one: every script that creates a key gives it one), nil that
+-- either may be. On Redis 7 and later, PEXPIRE's GT option makes that one
+-- command unless fresh is nil and GT declines (a longer expiry, or none);
+-- before, it takes PTTL and PEXPIRE. A key that lost its expiry (PERSIST)
+-- gets it back at its next renewal (renew.lua).
 local gt = redis.REDIS_VERSION_NUM ~= nil
 local function keep(key, ms, fresh)
   if fresh then
     redis.call('PEXPIRE', key, ms)
   elseif gt then
-    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and fresh == nil and redis.call('PTTL', key) == -1 then
       redis.call('PEXPIRE', key, ms)
     end
   elseif redis.call('PTTL', key) < ms then

@@ -15,7 +15,8 @@ import (
 // Redis 7 (PEXPIRE … GT) and as on Redis 6.2 (PTTL, then PEXPIRE: the same
 // scripts with redis.REDIS_VERSION_NUM hidden, which only Redis 7 sets): a
 // new key gets the lease's ttl, a longer ttl extends it, a shorter one leaves
-// it, and a key that lost its expiry (PERSIST) gets it back.
+// it, and a key that lost its expiry (PERSIST) gets it back from a renewal
+// or a node's sync.
 func TestScriptsKeepKeysAlive(t *testing.T) {
 	c := testenv.Redis(t)
 	ctx := context.Background()
@@ -61,8 +62,10 @@ func TestScriptsKeepKeysAlive(t *testing.T) {
 			if err := c.Persist(ctx, slots).Err(); err != nil {
 				t.Fatal(err)
 			}
-			run(acquire, keys, "a", 10, 60_000, p+"w") // held: renewed
+			run(renew, []string{slots}, "a", 60_000) // the expiry is back
 			ttl(slots, time.Minute)
+			run(acquire, keys, "a", 10, 90_000, p+"w") // held: renewed
+			ttl(slots, 90*time.Second)
 			if n, err := c.ZCard(ctx, slots).Result(); err != nil || n != 4 {
 				t.Fatalf("slots hold %d members (%v), want 4: a, b, c and c#1", n, err)
 			}
