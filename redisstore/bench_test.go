@@ -283,6 +283,22 @@ func serverUsec(b *testing.B, c redis.UniversalClient) float64 {
 	})
 }
 
+// scriptUsec returns the time Redis spent in EVALSHA so far, in µs, and the
+// calls: a script's usec counts the commands it runs.
+func scriptUsec(b *testing.B, c redis.UniversalClient) (usec, calls float64) {
+	field := func(name string) float64 {
+		return sumInfo(b, c, "commandstats", func(line string) (string, bool) {
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+				return "", false
+			}
+			_, rest, ok := strings.Cut(line, name+"=")
+			v, _, _ := strings.Cut(rest, ",")
+			return v, ok
+		})
+	}
+	return field("usec"), field("calls")
+}
+
 // serverCPU returns the CPU time the Redis process has used so far, in ms:
 // used_cpu_sys + used_cpu_user of INFO cpu (its commands, scripts and
 // network I/O, counted once each).
