@@ -83,11 +83,15 @@ type queue struct {
 	pipe    redis.Pipeliner // used by whoever has the queue
 }
 
-// lanes is the number of queues per node (4 measured best of 1, 2, 4, 8
-// and 16 at 8 and 64 goroutines), each with its own pipeline in
-// flight, so that one batch's replies are read while Redis runs the next;
-// a pool always takes the same lane, which keeps its calls in order.
-var lanes = 4
+// lanes and clusterLanes are the numbers of queues of one Redis and of
+// each node of a cluster, each queue with its own pipeline in flight, so
+// that one batch's replies are read while Redis runs the next; a pool always
+// takes the same lane, which keeps its calls in order. More lanes let more
+// callers of a few pools lead their own ops; fewer make larger batches under
+// load. Measured (BENCHMARKS.md, issue 16) at 8 and 64 goroutines among 1 to
+// 16: 8 for one Redis (4 cost a third of the pairs/s at 8 goroutines, and
+// nothing at 64), 4 a node on a 3-master cluster (8 cost a fifth at 64).
+var lanes, clusterLanes = 8, 4
 
 // queues maps a cluster's slot ranges to their queues.
 type queues struct {
@@ -97,10 +101,16 @@ type queues struct {
 	byName map[string][]queue
 }
 
-func (qs *queues) init(s *Store) { qs.single = newLanes(s) }
+func (qs *queues) init(s *Store) {
+	n := lanes
+	if s.cluster != nil {
+		n = clusterLanes // until the slot ranges are known
+	}
+	qs.single = newLanes(s, n)
+}
 
-func newLanes(s *Store) []queue {
-	q := make([]queue, lanes)
+func newLanes(s *Store, n int) []queue {
+	q := make([]queue, n)
 	for i := range q {
 		q[i].s = s
 	}
@@ -127,7 +137,7 @@ func (qs *queues) of(s *Store, pool keycap.PoolID) *queue {
 			if qs.byName == nil {
 				qs.byName = make(map[string][]queue)
 			}
-			q = newLanes(s)
+			q = newLanes(s, clusterLanes)
 			qs.byName[name] = q
 		}
 		qs.mu.Unlock()

@@ -10,10 +10,11 @@ import (
 	"github.com/keycap/keycap"
 )
 
-// KEYCAP_LANES sets the lanes per node, to measure other counts.
+// KEYCAP_LANES sets the lanes of one Redis and of each cluster node, to
+// measure other counts.
 func init() {
 	if n, err := strconv.Atoi(os.Getenv("KEYCAP_LANES")); err == nil && n > 0 {
-		lanes = n
+		lanes, clusterLanes = n, n
 	}
 }
 
