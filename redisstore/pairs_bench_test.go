@@ -10,6 +10,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
+	"github.com/keycap/keycap/redisstore"
 )
 
 // BenchmarkPairsVsPing measures acquire+release pairs per second on one
@@ -26,31 +27,8 @@ func BenchmarkPairsVsPing(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", store.name, g), func(b *testing.B) {
 				c := store.client(b)
 				s := newStore(b, c, testenv.Prefix(b, c))
-				l := benchLimiter(b, s)
-				ctx := context.Background()
-				pools := make([]keycap.PoolID, g)
-				limits := make([]keycap.Limit, g)
-				for i := range pools {
-					pools[i] = keycap.NewPoolID("pairs", fmt.Sprint(i))
-					limits[i] = keycap.MustLimit("pairs-limiter", fmt.Sprint(i), 1)
-				}
-				ping := func(int) error { return c.Ping(ctx).Err() }
-				pair := func(w int) error {
-					o := keycap.NewOwner()
-					ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
-					if err != nil || !ok {
-						return fmt.Errorf("acquire: %v %v", ok, err)
-					}
-					return s.Release(ctx, pools[w], o)
-				}
-				limiterPair := func(w int) error {
-					ls, err := l.Acquire(ctx, limits[w])
-					if err != nil {
-						return err
-					}
-					ls.Release()
-					return nil
-				}
+				pair, limiterPair := pairs(s, benchLimiter(b, s), g, "pairs")
+				ping := func(int) error { return c.Ping(context.Background()).Err() }
 				// 200 of each first warm the connection pool.
 				t := testkit.Alternate(b, g, max(g*50, 500), 200, ping, pair, limiterPair)
 				b.ReportMetric(float64(t[0])/float64(t[1]), "pairs/ping")
@@ -116,35 +94,11 @@ func BenchmarkRedisCPUPerPair(b *testing.B) {
 	const g = 64
 	c := testenv.Redis(b)
 	s := newStore(b, c, testenv.Prefix(b, c))
-	l := benchLimiter(b, s)
-	ctx := context.Background()
-	pools := make([]keycap.PoolID, g)
-	limits := make([]keycap.Limit, g)
-	for i := range pools {
-		pools[i] = keycap.NewPoolID("cpu", fmt.Sprint(i))
-		limits[i] = keycap.MustLimit("cpu-limiter", fmt.Sprint(i), 1)
-	}
+	pair, limiterPair := pairs(s, benchLimiter(b, s), g, "cpu")
 	ops := []struct {
 		name string
 		pair func(w int) error
-	}{
-		{"store", func(w int) error {
-			o := keycap.NewOwner()
-			ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
-			if err != nil || !ok {
-				return fmt.Errorf("acquire: %v %v", ok, err)
-			}
-			return s.Release(ctx, pools[w], o)
-		}},
-		{"limiter", func(w int) error {
-			ls, err := l.Acquire(ctx, limits[w])
-			if err != nil {
-				return err
-			}
-			ls.Release()
-			return nil
-		}},
-	}
+	}{{"store", pair}, {"limiter", limiterPair}}
 	for _, op := range ops {
 		testkit.Rounds(b, g, 500, op.pair)
 	}
@@ -166,4 +120,34 @@ func BenchmarkRedisCPUPerPair(b *testing.B) {
 	}
 	usec, calls := scriptUsec(b, c)
 	b.ReportMetric((usec-usec0)/(calls-calls0), "script-µs/acquire")
+}
+
+// pairs gives each of g goroutines a pool of its own, of max 1, and returns
+// one goroutine's acquire+release pair as the store's own calls and through
+// the Limiter l.
+func pairs(s *redisstore.Store, l *keycap.Limiter, g int, name string) (store, limiter func(w int) error) {
+	ctx := context.Background()
+	pools := make([]keycap.PoolID, g)
+	limits := make([]keycap.Limit, g)
+	for i := range pools {
+		pools[i] = keycap.NewPoolID(name, fmt.Sprint(i))
+		limits[i] = keycap.MustLimit(name+"-limiter", fmt.Sprint(i), 1)
+	}
+	store = func(w int) error {
+		o := keycap.NewOwner()
+		ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
+		if err != nil || !ok {
+			return fmt.Errorf("acquire: %v %v", ok, err)
+		}
+		return s.Release(ctx, pools[w], o)
+	}
+	limiter = func(w int) error {
+		ls, err := l.Acquire(ctx, limits[w])
+		if err != nil {
+			return err
+		}
+		ls.Release()
+		return nil
+	}
+	return store, limiter
 }
