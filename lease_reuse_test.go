@@ -116,3 +116,60 @@ func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDoReuseUnderRenewals runs Do from many goroutines, leases held from 0
+// to 140 ms against a TTL of 300 ms (renewed every 100 ms, so that renewals
+// and releases overlap all the time, with room for a late keeper under
+// -race): no lease may be reported lost (a renewal reaching a reused lease
+// would), and the pool never holds more than its max.
+func TestDoReuseUnderRenewals(t *testing.T) {
+	lost := make(chan keycap.Event, 1)
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.LeaseLost {
+			select {
+			case lost <- e:
+			default:
+			}
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	const max, workers = 4, 16
+	lim := limit(t, "reuse", "k", max, keycap.WithTTL(300*time.Millisecond))
+	var held, over atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; ctx.Err() == nil; i++ {
+				_ = l.Do(context.Background(), func(context.Context) error {
+					if held.Add(1) > max {
+						over.Add(1)
+					}
+					time.Sleep(time.Duration((w+i)%8) * 20 * time.Millisecond) // the work, held across renewals
+					held.Add(-1)
+					return nil
+				}, lim)
+			}
+		}()
+	}
+	for range workers {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a worker did not stop within 10 s")
+		}
+	}
+	select {
+	case e := <-lost:
+		t.Errorf("LeaseLost: %+v", e)
+	default:
+	}
+	if n := over.Load(); n != 0 {
+		t.Errorf("%d times more than %d holders", n, max)
+	}
+}
