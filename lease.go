@@ -159,7 +159,7 @@ func (ls *Lease) Release() {
 // (member), a wait in a line (plain), and the timers of Close (closed).
 func (ls *Lease) reuse() {
 	l := ls.l
-	if ls.release(-1) && ls.plain && !ls.member && len(ls.slots) == 1 && !l.closed.Load() {
+	if ls.release(-1) && ls.plain && !ls.member && !l.closed.Load() {
 		*ls = Lease{}
 		l.free.Put(ls)
 	}

@@ -1,5 +1,6 @@
 -- line.lua: the wait line of a pool, shared by the scripts that free or take
--- its slots (prepended to acquire, queue, release and dequeue).
+-- its slots (prepended to acquire, queue, release and dequeue), and the grant
+-- that acquire and queue share.
 --
 -- KEYS[1]  the pool's slots: a sorted set of owner token -> expiry (ms)
 -- KEYS[2]  the pool's line: a sorted set of owner token -> arrival number
@@ -100,3 +101,29 @@ local function fill(max, now, channel)
   end
 end
 
+-- take is acquire.lua's and queue.lua's grant: it drops the expired leases,
+-- hands the freed slots to the line, then grants owner a lease of weight w
+-- expiring ttl from now if it holds one already (a slot handed to its ticket
+-- included) or the pool has room for w and nobody waits, and keeps the key
+-- alive as long. The common case is tried first, a pool with room: ZADD's
+-- reply tells a new lease (1) from one the owner holds (0), so that needs no
+-- ZSCORE. It returns whether it granted, whether anyone waits, and now.
+local function take(owner, w, max, ttl, channel)
+  local now = clock()
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local waiting = redis.call('EXISTS', line) == 1
+  if waiting then
+    fill(max, now, channel)
+    waiting = redis.call('EXISTS', line) == 1
+  end
+  local n = not waiting and redis.call('ZCARD', slots)
+  if n and n + w <= max then
+    lease(owner, w, now + ttl, redis.call('ZADD', slots, now + ttl, owner) == 0, true)
+  elseif redis.call('ZSCORE', slots, owner) then
+    lease(owner, w, now + ttl, true)
+  else
+    return false, waiting, now
+  end
+  keep(slots, ttl, n == 0)
+  return true, waiting, now
+end

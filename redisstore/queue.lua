@@ -15,25 +15,9 @@
 local owner = ARGV[1]
 local max, ttl, tttl, claim = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local w = tonumber(ARGV[7]) or 1
-local now = clock()
 
-redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-local waiting = redis.call('EXISTS', line) == 1
-if waiting then
-  fill(max, now, ARGV[6])
-  waiting = redis.call('EXISTS', line) == 1
-end
--- As in acquire.lua: a pool with room first, where ZADD tells a held lease.
-local n = not waiting and redis.call('ZCARD', slots)
-local granted = n and n + w <= max
+local granted, waiting, now = take(owner, w, max, ttl, ARGV[6])
 if granted then
-  lease(owner, w, now + ttl, redis.call('ZADD', slots, now + ttl, owner) == 0, true)
-elseif redis.call('ZSCORE', slots, owner) then
-  lease(owner, w, now + ttl, true)
-  granted = true
-end
-if granted then
-  keep(slots, ttl, n == 0)
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)
   end
