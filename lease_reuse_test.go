@@ -65,29 +65,19 @@ func (g *renewGate) Renew(ctx context.Context, batch []keycap.Renewal) error {
 // lost too).
 func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 	g := &renewGate{Store: memstore.New(), entered: make(chan struct{}), gate: make(chan struct{}), later: make(chan struct{}, 1)}
+	l, lost := limiterReportingLost(t, g)
+	// Registered after the Limiter's Close, so run before it: Close waits
+	// for the keeper, which may be in the gated Renew of a failed test.
 	t.Cleanup(func() {
 		select {
 		case <-g.gate:
 		default:
-			close(g.gate) // unblocks a Renew that a failed test left waiting
+			close(g.gate)
 		}
 	})
-	lost := make(chan struct{}, 1)
-	l, err := keycap.NewLimiter(g, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
-		if e.Kind == keycap.LeaseLost {
-			select {
-			case lost <- struct{}{}:
-			default:
-			}
-		}
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
 	lim := limit(t, "reuse", "k", 2, keycap.WithTTL(30*time.Millisecond))
 	ctx := context.Background()
-	err = l.Do(ctx, func(context.Context) error {
+	err := l.Do(ctx, func(context.Context) error {
 		select {
 		case <-g.entered:
 			return nil
@@ -123,19 +113,7 @@ func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 // -race): no lease may be reported lost (a renewal reaching a reused lease
 // would), and the pool never holds more than its max.
 func TestDoReuseUnderRenewals(t *testing.T) {
-	lost := make(chan keycap.Event, 1)
-	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
-		if e.Kind == keycap.LeaseLost {
-			select {
-			case lost <- e:
-			default:
-			}
-		}
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l, lost := limiterReportingLost(t, memstore.New())
 	const max, workers = 4, 16
 	lim := limit(t, "reuse", "k", max, keycap.WithTTL(300*time.Millisecond))
 	var held, over atomic.Int64
@@ -172,4 +150,23 @@ func TestDoReuseUnderRenewals(t *testing.T) {
 	if n := over.Load(); n != 0 {
 		t.Errorf("%d times more than %d holders", n, max)
 	}
+}
+
+// limiterReportingLost returns a Limiter on s, closed when the test ends,
+// and a channel that receives its first LeaseLost event.
+func limiterReportingLost(t *testing.T, s keycap.Store) (*keycap.Limiter, <-chan keycap.Event) {
+	lost := make(chan keycap.Event, 1)
+	l, err := keycap.NewLimiter(s, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.LeaseLost {
+			select {
+			case lost <- e:
+			default:
+			}
+		}
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, lost
 }
