@@ -137,40 +137,59 @@ func BenchmarkAdmit(b *testing.B) {
 // BenchmarkHeartbeat measures one heartbeat of a node holding 10,000
 // connections of 2,000 users, on a single Redis and on the 3-master cluster,
 // beside the same client sending 2,000 PINGs in one pipeline (the same number
-// of commands, without the scripts) in the same run.
+// of commands, without the scripts) in the same run. In the "-shared" case
+// every user also has a connection on another node, so that the heartbeat
+// cannot tell from a pool's size alone that it holds no ghost of its node.
 func BenchmarkHeartbeat(b *testing.B) {
 	for _, backend := range backends {
 		c := backend.client(b)
-		caps := newBenchCap(b, newStore(b, c, testenv.Prefix(b, c)), 10)
+		rt := testenv.CountRoundTrips(c)
 		ctx := context.Background()
 		const users, perUser = 2000, 5
-		for u := range users {
-			for k := range perUser {
-				if err := caps.Admit(ctx, "app", fmt.Sprint("user", u), fmt.Sprint(u, ".", k)); err != nil {
-					b.Fatal(err)
+		for _, shared := range []bool{false, true} {
+			store := newStore(b, c, testenv.Prefix(b, c))
+			caps := newBenchCap(b, store, 10)
+			var other *conncap.Cap
+			if shared {
+				other = newBenchCap(b, store, 10)
+			}
+			for u := range users {
+				user := fmt.Sprint("user", u)
+				for k := range perUser {
+					if err := caps.Admit(ctx, "app", user, fmt.Sprint(u, ".", k)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if other != nil {
+					if err := other.Admit(ctx, "app", user, fmt.Sprint(u, ".other")); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
-		}
-		if err := caps.Heartbeat(ctx); err != nil { // warm every node's connections
-			b.Fatal(err)
-		}
-		rt := testenv.CountRoundTrips(c)
-		b.Run(backend.name+"/heartbeat-10000-conns-2000-users", func(b *testing.B) {
-			before := rt.Load()
-			var cpu float64
-			if backend.name == "redis" { // one server to read the CPU of
-				cpu = serverCPU(b, c)
+			if err := caps.Heartbeat(ctx); err != nil { // warm every node's connections
+				b.Fatal(err)
 			}
-			for b.Loop() {
-				if err := caps.Heartbeat(ctx); err != nil {
-					b.Fatal(err)
+			name := backend.name + "/heartbeat-10000-conns-2000-users"
+			if shared {
+				name += "-shared"
+			}
+			b.Run(name, func(b *testing.B) {
+				before := rt.Load()
+				var cpu float64
+				if backend.name == "redis" { // one server to read the CPU of
+					cpu = serverCPU(b, c)
 				}
-			}
-			b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "rt/op")
-			if backend.name == "redis" {
-				b.ReportMetric((serverCPU(b, c)-cpu)/float64(b.N), "redis-cpu-ms/op")
-			}
-		})
+				for b.Loop() {
+					if err := caps.Heartbeat(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(rt.Load()-before)/float64(b.N), "rt/op")
+				if backend.name == "redis" {
+					b.ReportMetric((serverCPU(b, c)-cpu)/float64(b.N), "redis-cpu-ms/op")
+				}
+			})
+		}
 		b.Run(backend.name+"/ping-pipeline-2000", func(b *testing.B) {
 			before := rt.Load()
 			for b.Loop() {

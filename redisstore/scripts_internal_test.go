@@ -80,3 +80,45 @@ func TestScriptsKeepKeysAlive(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncFindsEveryGhost checks sync.lua's ways of finding a node's ghosts
+// in a pool that holds more than its live members: a ghost scored below the
+// renewed members, one scored as high or higher (taken in the same
+// millisecond, or a clock set back), beside another node's live member,
+// which stays, and its expired one, which goes.
+func TestSyncFindsEveryGhost(t *testing.T) {
+	c := testenv.Redis(t)
+	ctx := context.Background()
+	key := testenv.Prefix(t, c) + "{s}"
+	node, other := "NODE0001", "OTHER001"
+	live, low, high := node+"live0001", node+"ghostlow", node+"ghosthii"
+	otherLive, otherGone := other+"live0001", other+"gone0001"
+	now := time.Now().UnixMilli()
+	day := int64(24 * time.Hour / time.Millisecond)
+	if err := c.ZAdd(ctx, key,
+		redis.Z{Score: float64(now + 1000), Member: live},
+		redis.Z{Score: float64(now + 1000), Member: low},
+		redis.Z{Score: float64(now + 2*day), Member: high},
+		redis.Z{Score: float64(now + day), Member: otherLive},
+		redis.Z{Score: float64(now - 1000), Member: otherGone},
+	).Err(); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := redis.NewScript(syncLua).Run(ctx, c, []string{key}, node, 60_000, 1, live).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != 2 {
+		t.Fatalf("removed %v, want [2]: both ghosts", removed)
+	}
+	got, err := c.ZRange(ctx, key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != live+","+otherLive {
+		t.Fatalf("pool holds %v, want the live member and the other node's", got)
+	}
+	if s, _ := c.ZScore(ctx, key, live).Result(); int64(s) < now+59_000 {
+		t.Fatalf("live member scored %v, not renewed to a minute from now", int64(s)-now)
+	}
+}

@@ -798,13 +798,52 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	if n := held(t, s, q, 10); n != 2 {
 		t.Fatalf("pool holds %d after restoring a lost member, want 2", n)
 	}
+	// A ghost among the node's own live members, with no other node's
+	// beside them, is dropped too.
+	r := pool("sync-r")
+	a4, a5 := keycap.NodeOwner(nodeA, "4"), keycap.NodeOwner(nodeA, "5")
+	mustAcquire(t, s, r, a4, 3, time.Minute, true)
+	mustAcquire(t, s, r, a5, 3, time.Minute, true)
+	batch = []keycap.SyncPool{{Pool: r, Members: []keycap.Owner{a4}}}
+	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+		t.Fatal(err, batch[0].Err)
+	}
+	if batch[0].Removed != 1 {
+		t.Fatalf("removed %d ghosts among the node's own members, want 1", batch[0].Removed)
+	}
+	if n := held(t, s, r, 10); n != 1 {
+		t.Fatalf("pool holds %d after dropping the ghost, want 1", n)
+	}
+	// Thousands of members of one pool, restored, then half of them ghosts.
+	big := pool("sync-big")
+	many := make([]keycap.Owner, 5000)
+	for i := range many {
+		many[i] = keycap.NodeOwner(nodeA, fmt.Sprint("m", i))
+	}
+	batch = []keycap.SyncPool{{Pool: big, Members: many}}
+	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+		t.Fatal(err, batch[0].Err)
+	}
+	if n := held(t, s, big, len(many)+1); n != len(many) {
+		t.Fatalf("pool holds %d after restoring %d members", n, len(many))
+	}
+	batch = []keycap.SyncPool{{Pool: big, Members: many[:len(many)/2]}}
+	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+		t.Fatal(err, batch[0].Err)
+	}
+	if batch[0].Removed != len(many)/2 {
+		t.Fatalf("removed %d of %d ghosts", batch[0].Removed, len(many)/2)
+	}
+	if n := held(t, s, big, len(many)+1); n != len(many)/2 {
+		t.Fatalf("pool holds %d, want %d", n, len(many)/2)
+	}
 	// A node that syncs nothing loses everything it had: a1 and a3.
-	batch = []keycap.SyncPool{{Pool: p}, {Pool: q}}
+	batch = []keycap.SyncPool{{Pool: p}, {Pool: q}, {Pool: big}}
 	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
 		t.Fatal(err)
 	}
-	if batch[0].Removed != 1 || batch[1].Removed != 1 {
-		t.Fatalf("removed %d and %d, want 1 and 1", batch[0].Removed, batch[1].Removed)
+	if batch[0].Removed != 1 || batch[1].Removed != 1 || batch[2].Removed != len(many)/2 {
+		t.Fatalf("removed %d, %d and %d, want 1, 1 and %d", batch[0].Removed, batch[1].Removed, batch[2].Removed, len(many)/2)
 	}
 	if n := held(t, s, p, 10); n != 1 {
 		t.Fatalf("pool holds %d, want node b's one member", n)
