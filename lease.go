@@ -81,8 +81,9 @@ func newLease(l *Limiter, limits []Limit, now time.Duration, reuse bool) *Lease 
 	} else {
 		ls.slots = make([]slot, len(limits))
 	}
-	for i, lim := range limits {
-		ls.slots[i] = slot{limit: lim, renewAt: now + lim.ttl/3, deadline: now + lim.ttl}
+	for i := range limits {
+		ttl := limits[i].ttl
+		ls.slots[i] = slot{limit: limits[i], renewAt: now + ttl/3, deadline: now + ttl}
 	}
 	return ls
 }

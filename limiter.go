@@ -233,10 +233,10 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 			return nil, err
 		}
 	}
-	for _, lim := range limits {
-		if lim.max == 0 {
-			l.refused(ctx, lim, 0)
-			return nil, &LimitError{Limit: lim}
+	for i := range limits {
+		if limits[i].max == 0 {
+			l.refused(ctx, limits[i], 0)
+			return nil, &LimitError{Limit: limits[i]}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -357,12 +357,13 @@ func pollInterval() time.Duration {
 // check validates a set of limits for one Acquire and returns its wait.
 func check(limits []Limit) (time.Duration, error) {
 	wait := time.Duration(-1)
-	for i, lim := range limits {
+	for i := range limits {
+		lim := &limits[i] // a Limit is 104 bytes: not copied per check
 		if !lim.valid() {
 			return 0, fmt.Errorf("%w: limit %d of %d is the zero Limit (build limits with NewLimit)", ErrInvalidLimit, i+1, len(limits))
 		}
-		for _, prev := range limits[:i] {
-			if prev.pool == lim.pool {
+		for j := range i {
+			if limits[j].pool == lim.pool {
 				return 0, fmt.Errorf("%w: two limits on pool %q with key %q in one Acquire", ErrInvalidLimit, lim.name, lim.key)
 			}
 		}
