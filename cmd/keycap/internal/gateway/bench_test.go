@@ -67,6 +67,15 @@ func benchUpstream(b *testing.B) *httptest.Server {
 // room for every request (the rows measure the gateway, not refusals). The
 // caller closes both.
 func benchGateway(b *testing.B, storeYAML, upstream string) (*gateway.Gateway, *httptest.Server) {
+	g, err := gateway.New(benchConfig(b, storeYAML, upstream), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g, httptest.NewServer(g)
+}
+
+// benchConfig is benchGateway's configuration.
+func benchConfig(b *testing.B, storeYAML, upstream string) *gateway.Config {
 	cfg, err := gateway.ParseConfig("bench.yaml", []byte(storeYAML+"upstream: "+upstream+`
 routes:
   - name: api
@@ -78,11 +87,33 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := gateway.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
+	return cfg
+}
+
+// BenchmarkProxyAfterReload measures a gateway on Redis that was reloaded
+// onto another Redis store (its Limiter's store is then the handover
+// between the two, for good) against a gateway started on such a store, in
+// alternating rounds: reloaded/fresh is the ratio of their rates.
+func BenchmarkProxyAfterReload(b *testing.B) {
+	upstream := benchUpstream(b)
+	prefix := testenv.Prefix(b, testenv.Redis(b))
+	store := func(name string) string {
+		return "store: {type: redis, url: 'redis://" + testenv.RedisAddr() + "', prefix: '" + prefix + name + ":'}\n"
+	}
+	fresh, freshSrv := benchGateway(b, store("fresh"), upstream.URL)
+	defer fresh.Close()
+	defer freshSrv.Close()
+	reloaded, reloadedSrv := benchGateway(b, store("old"), upstream.URL)
+	defer reloaded.Close()
+	defer reloadedSrv.Close()
+	if err := reloaded.Reload(benchConfig(b, store("new"), upstream.URL)); err != nil {
 		b.Fatal(err)
 	}
-	return g, httptest.NewServer(g)
+	for _, conc := range []int{1, 16} {
+		b.Run(fmt.Sprintf("redis/clients=%d", conc), func(b *testing.B) {
+			benchVs(b, conc, "fresh", freshSrv.URL, "reloaded", reloadedSrv.URL)
+		})
+	}
 }
 
 // benchPair runs b.N requests against each of bare and gw in alternating

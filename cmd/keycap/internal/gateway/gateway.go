@@ -208,7 +208,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 		// Requests and WebSockets of the old configuration hold slots in
 		// its store until they end: count in both until then.
 		ho = newHandover(store, old.backend.store)
-		store = ho
+		store = ho.store()
 	}
 	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log))),
 		keycap.WithDecisionBudget(time.Duration(cfg.Store.Budget))}

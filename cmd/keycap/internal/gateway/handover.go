@@ -45,8 +45,11 @@ func (h *handover) end() { h.active.Store(false) }
 // prevCtx bounds a call to the old store: it must not slow the new one down
 // for long.
 func prevCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, 250*time.Millisecond)
+	return context.WithTimeout(ctx, prevBudget)
 }
+
+// prevBudget bounds every call to the old store.
+const prevBudget = 250 * time.Millisecond
 
 func (h *handover) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
 	tookPrev := false
@@ -74,6 +77,41 @@ func (h *handover) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap
 		}
 	}
 	return ok, err
+}
+
+// store returns h as the Limiter's store: one that also releases without its
+// caller waiting when the new store does (asyncHandover), so that a request
+// after a reload still waits for one round trip, not three.
+func (h *handover) store() keycap.Store {
+	if a, ok := h.Store.(keycap.AsyncReleaser); ok {
+		return asyncHandover{h, a}
+	}
+	return h
+}
+
+// asyncHandover is a handover whose new store is a keycap.AsyncReleaser.
+type asyncHandover struct {
+	*handover
+	next keycap.AsyncReleaser
+}
+
+var _ keycap.AsyncReleaser = asyncHandover{}
+
+// ReleaseAsync releases owner's slot in both stores without waiting for the
+// new one; its promise (a later call is applied after the release) holds in
+// each: the old store's release goes first, sent the same way when that
+// store releases without waiting too, and waited for (within prevCtx's
+// bound) when it does not. Its outcome is ignored, as every call to the old
+// store's is.
+func (h asyncHandover) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
+	if h.forget(pool, owner) {
+		if prev, ok := h.prev.(keycap.AsyncReleaser); ok {
+			prev.ReleaseAsync(pool, owner, prevBudget, func(error) {})
+		} else {
+			h.releasePrev(pool, owner)
+		}
+	}
+	h.next.ReleaseAsync(pool, owner, budget, done)
 }
 
 func (h *handover) releasePrev(pool keycap.PoolID, owner keycap.Owner) {
