@@ -166,10 +166,22 @@ func (h *handover) Sync(ctx context.Context, node keycap.NodeID, ttl time.Durati
 // the new store's line decides who is next).
 
 var (
-	_ keycap.Liner    = (*handover)(nil)
-	_ keycap.Notifier = (*handover)(nil)
-	_ keycap.Sharer   = (*handover)(nil)
+	_ keycap.Liner       = (*handover)(nil)
+	_ keycap.Notifier    = (*handover)(nil)
+	_ keycap.Sharer      = (*handover)(nil)
+	_ keycap.Partitioner = (*handover)(nil)
 )
+
+// Partition implements keycap.Partitioner with the new store's partitions
+// (a cluster's slot ranges), so that an outage of one master after a reload
+// is still one outage, reported once, and not ended by another master's
+// answers. A store of one partition answers "".
+func (h *handover) Partition(pool keycap.PoolID) string {
+	if p, ok := h.Store.(keycap.Partitioner); ok {
+		return p.Partition(pool)
+	}
+	return ""
+}
 
 // errNoLines is the error of a line call on a store that keeps no lines: the
 // gateway's stores all do.

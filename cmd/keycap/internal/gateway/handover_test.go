@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,5 +69,40 @@ func TestHandoverReleasesWithoutWaiting(t *testing.T) {
 	}
 	if _, ok := newHandover(memstore.New(), memstore.New()).store().(keycap.AsyncReleaser); ok {
 		t.Fatal("a handover onto memstore claims to release without waiting")
+	}
+}
+
+// TestHandoverKeepsPartitions: after a reload onto a Redis Cluster store, the
+// Limiter still tells the cluster's masters apart (keycap.Partitioner), so
+// that one master's outage is reported once and not ended by another's
+// answers.
+func TestHandoverKeepsPartitions(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	next, err := redisstore.New(c, redisstore.WithPrefix(testenv.Prefix(t, c)+"new:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, ok := newHandover(next, memstore.New()).store().(keycap.Partitioner)
+	if !ok {
+		t.Fatal("the handover is not a keycap.Partitioner")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	seen := map[string]bool{}
+	for i := range 30 {
+		pool := keycap.NewPoolID("handover", fmt.Sprint("parts-", i))
+		if _, err := next.Acquire(ctx, pool, keycap.NewOwner(), 1, time.Minute); err != nil { // learns the slot ranges
+			t.Fatal(err)
+		}
+		got, want := parts.Partition(pool), next.Partition(pool)
+		if got != want {
+			t.Fatalf("pool %d: the handover says partition %q, the store %q", i, got, want)
+		}
+		if got != "" { // "" until the store has learnt the slot ranges
+			seen[got] = true
+		}
+	}
+	if len(seen) < 2 {
+		t.Fatalf("partitions seen: %v, want the cluster's masters", seen)
 	}
 }
