@@ -81,7 +81,8 @@ func (h *handover) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap
 
 // store returns h as the Limiter's store: one that also releases without its
 // caller waiting when the new store does (asyncHandover), so that a request
-// after a reload still waits for one round trip, not three.
+// after a reload does not wait for its releases (one round trip in each
+// store while the handover lasts, one in the new store for good after).
 func (h *handover) store() keycap.Store {
 	if a, ok := h.Store.(keycap.AsyncReleaser); ok {
 		return asyncHandover{h, a}
