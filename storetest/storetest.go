@@ -837,7 +837,8 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	if n := held(t, s, big, len(many)+1); n != len(many)/2 {
 		t.Fatalf("pool holds %d, want %d", n, len(many)/2)
 	}
-	// A node that syncs nothing loses everything it had: a1 and a3.
+	// A node that syncs nothing loses everything it had there: a1, a3 and
+	// the big pool's members.
 	batch = []keycap.SyncPool{{Pool: p}, {Pool: q}, {Pool: big}}
 	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
 		t.Fatal(err)
