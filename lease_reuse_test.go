@@ -2,6 +2,7 @@ package keycap_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,53 @@ func TestDoAllocatesNoLease(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("Do allocates %v times a call, want 0", n)
+	}
+}
+
+// TestDoPinsOnAnInProcessStore checks Do on memstore, a Pinner: while fn
+// runs, its slot is held with no expiry and no renewal (the store's clock
+// moved an hour past the TTL still finds it held), and Inspect shows it as
+// this Limiter's, expiring in its TTL; it is freed when fn returns. With
+// inspection on, Do's lease is renewed like any, so that its label shows.
+func TestDoPinsOnAnInProcessStore(t *testing.T) {
+	var now atomic.Int64 // the store's clock
+	clock := func() time.Duration { return time.Duration(now.Load()) }
+	ctx := context.Background()
+	for _, inspected := range []bool{false, true} {
+		var opts []keycap.Option
+		if inspected {
+			opts = append(opts, keycap.WithInspection(keycap.InspectOptions{}))
+		}
+		l, _ := newLimiter(t, memstore.New(memstore.WithClock(clock)), opts...)
+		const ttl = time.Minute // no renewal while the test runs
+		lim := limit(t, "pin", "k", 1, keycap.WithTTL(ttl))
+		err := l.Do(keycap.WithLabel(ctx, "job-7"), func(context.Context) error {
+			now.Add(int64(100 * time.Millisecond)) // a renewed slot's Expires is now below its TTL
+			if !inspected {
+				now.Add(int64(time.Hour))
+				if _, err := l.Acquire(ctx, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+					t.Errorf("Acquire an hour past the TTL = %v, want ErrLimitExceeded: Do's slot expired", err)
+				}
+			}
+			r, err := l.Inspect(ctx, keycap.Inspection{Name: "pin"})
+			if err != nil {
+				return err
+			}
+			if len(r.Pools) != 1 || len(r.Pools[0].Holders) != 1 {
+				t.Fatalf("inspected %v: report %+v, want one pool with one holder", inspected, r)
+			}
+			h := r.Pools[0].Holders[0]
+			wantLabel := map[bool]string{false: "", true: "job-7"}[inspected]
+			pinned := h.Expires == ttl
+			if !h.Here || h.Label != wantLabel || pinned == inspected {
+				t.Errorf("inspected %v: holder %+v, want here, label %q, Expires = TTL: %v", inspected, h, wantLabel, !inspected)
+			}
+			return nil
+		}, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquire(t, l, lim).Release()
 	}
 }
 
@@ -113,7 +161,7 @@ func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 // -race): no lease may be reported lost (a renewal reaching a reused lease
 // would), and the pool never holds more than its max.
 func TestDoReuseUnderRenewals(t *testing.T) {
-	l, lost := limiterReportingLost(t, memstore.New())
+	l, lost := limiterReportingLost(t, renewed{memstore.New()})
 	const max, workers = 4, 16
 	lim := limit(t, "reuse", "k", max, keycap.WithTTL(300*time.Millisecond))
 	var held, over atomic.Int64
@@ -151,6 +199,10 @@ func TestDoReuseUnderRenewals(t *testing.T) {
 		t.Errorf("%d times more than %d holders", n, max)
 	}
 }
+
+// renewed hides the store's Pinner, and the rest but Store, so that Do's
+// leases are renewed.
+type renewed struct{ keycap.Store }
 
 // limiterReportingLost returns a Limiter on s, closed when the test ends,
 // and a channel that receives its first LeaseLost event.

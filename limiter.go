@@ -56,6 +56,7 @@ type Limiter struct {
 	liner    Liner    // nil: the store keeps no line
 	sharer   Sharer   // nil: the store keeps no weights or parents
 	notifier Notifier // nil: waiters in a line poll
+	pinner   Pinner   // nil: Do's slots expire and are renewed like any
 	lines    lines
 	parked   parked
 
@@ -131,6 +132,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	l.waiters.init()
 	l.liner, _ = store.(Liner)
 	l.sharer, _ = store.(Sharer)
+	l.pinner, _ = store.(Pinner)
 	if l.liner != nil {
 		l.notifier, _ = store.(Notifier)
 	}
@@ -245,6 +247,14 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 
 	start := l.now()
 	ls := newLease(l, limits, start, reuse)
+	// Do's lease of one plain limit, taken without waiting, on a store that
+	// pins: held until Do releases it, so neither renewed nor listed with
+	// the keeper. Not when the Limiter inspects, whose reports read labels
+	// from the keeper's list.
+	if reuse && wait == 0 && l.pinner != nil && l.inspect == nil &&
+		len(limits) == 1 && limits[0].plain() && member == nil && park == nil {
+		ls.kind = pinnedLease
+	}
 	if len(limits) == 0 { // nothing to take (every limit a shadow): whatever the path
 		l.admit(ctx, ls, 0)
 		return ls, nil
@@ -269,7 +279,7 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 
 // acquireMember takes ls as the node's member named member.
 func (l *Limiter) acquireMember(ctx context.Context, ls *Lease, member string, wait, start time.Duration) (*Lease, error) {
-	ls.owner, ls.member = NodeOwner(l.node, member), true
+	ls.owner, ls.kind = NodeOwner(l.node, member), memberLease
 	// Registered before the store grants it, so that a heartbeat meanwhile
 	// keeps it rather than dropping it as a ghost.
 	l.nodes.add(ls)
@@ -381,7 +391,13 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 	for i := range ls.slots {
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
-		ok, err := l.acquireIn(bctx, &s.limit, ls.owner)
+		var ok bool
+		var err error
+		if ls.kind == pinnedLease {
+			ok, err = l.pinner.AcquirePinned(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
+		} else {
+			ok, err = l.acquireIn(bctx, &s.limit, ls.owner)
+		}
 		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
 		cancel()
 		if err != nil {
@@ -497,7 +513,7 @@ func (l *Limiter) failModeOf(lim Limit) FailMode {
 // and the panic goes on.
 func (l *Limiter) admit(ctx context.Context, ls *Lease, waited time.Duration) {
 	ls.admitted = true
-	if !ls.member {
+	if ls.kind == renewedLease {
 		l.keeper.add(ls) // member leases are kept by the node's heartbeat
 	}
 	if l.observer == nil {
@@ -603,7 +619,11 @@ func (l *Limiter) storeAnswered(pool PoolID) {
 // Do runs fn while holding one slot of every limit, and releases them when fn
 // returns or panics. It returns Acquire's error without running fn, or fn's
 // error. Since fn never sees the lease, Do reuses it: with one limit taken
-// without waiting, its steady path allocates nothing.
+// without waiting, its steady path allocates nothing. On a store that lives
+// in the process (a Pinner: memstore), such a slot is also held with no
+// expiry, so the renewal loop never sees it: a fn that never returns holds
+// its slot for good, even after Close (a renewed slot would be held as long,
+// until Close).
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits ...Limit) error {
 	ls, err := l.acquire(ctx, nil, nil, limits, true)
 	if err != nil {

@@ -59,6 +59,18 @@ type NonBlocking interface {
 	NonBlocking()
 }
 
+// Pinner is a Store that lives and dies with its process, and so can hold a
+// slot with no expiry for a caller that is sure to release it: the holder
+// cannot die without the store. Limiter.Do takes such slots (its release is
+// deferred, so it runs on return and on panic), and then neither renews them
+// nor lists them with its renewal loop. Implemented by memstore.
+type Pinner interface {
+	// AcquirePinned is Acquire for a slot that is held until Release, never
+	// expired. ttl is the limit's TTL: an Inspector reports it as the
+	// holder's Expires, as if the slot were renewed without end.
+	AcquirePinned(ctx context.Context, pool PoolID, owner Owner, max int, ttl time.Duration) (bool, error)
+}
+
 // Renewal is one lease to renew in a Store.Renew batch.
 type Renewal struct {
 	Pool  PoolID

@@ -81,7 +81,10 @@ func pageOf[T any](entries []T, id func(T) keycap.PoolID, after []byte, n int) (
 // state appends the pool's live leases and tickets.
 func (pl *pool) state(now time.Duration, hs []keycap.Holder, ws []keycap.Waiter) ([]keycap.Holder, []keycap.Waiter) {
 	for _, l := range pl.leases {
-		if l.expires > now {
+		switch {
+		case l.expires >= pinned:
+			hs = append(hs, keycap.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - pinned})
+		case l.expires > now:
 			hs = append(hs, keycap.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - now})
 		}
 	}

@@ -124,6 +124,7 @@ var (
 
 	_ keycap.Notifier    = (*Store)(nil)
 	_ keycap.NonBlocking = (*Store)(nil)
+	_ keycap.Pinner      = (*Store)(nil)
 )
 
 // NonBlocking implements keycap.NonBlocking: no call waits on anything but
@@ -165,17 +166,36 @@ func (sh *shard) pool(p keycap.PoolID) *pool {
 
 // Acquire implements keycap.Store. It never blocks and ignores ctx.
 func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	return s.acquire(p, owner, max, ttl, false), nil
+}
+
+// AcquirePinned implements keycap.Pinner: the slot is held until Release.
+// InspectPools reports ttl as its Expires. It never blocks and ignores ctx.
+func (s *Store) AcquirePinned(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	return s.acquire(p, owner, max, ttl, true), nil
+}
+
+// pinned starts the expiries of pinned leases: pinned+ttl is never reached
+// (the clock would need 146 years), and tells InspectPools the ttl to show.
+const pinned = time.Duration(1 << 62)
+
+// acquire takes a slot of pool p for owner, for ttl or pinned.
+func (s *Store) acquire(p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, pin bool) bool {
 	now := s.fast()
+	expires := now + ttl + s.slack
+	if pin {
+		expires = pinned + ttl
+	}
 	sh := s.shard(p)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
 	pl := sh.pool(p)
-	ok, granted := pl.acquire(owner, 1, max, now, now+ttl+s.slack)
+	ok, granted := pl.acquire(owner, 1, max, now, expires)
 	sh.mu.Unlock()
 	if granted != nil {
 		s.hub.notify(p, granted)
 	}
-	return ok, nil
+	return ok
 }
 
 // Release implements keycap.Store. It never blocks and ignores ctx.
@@ -260,10 +280,13 @@ func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
 		r.Lost = true
 		if pl := sh.pools[r.Pool]; pl != nil {
 			if j := pl.find(r.Owner); j >= 0 {
-				if pl.leases[j].expires > now {
+				switch e := pl.leases[j].expires; {
+				case e >= pinned: // held until Release
+					r.Lost = false
+				case e > now:
 					pl.leases[j].expires = now + r.TTL
 					r.Lost = false
-				} else {
+				default:
 					pl.remove(j)
 				}
 			}

@@ -49,6 +49,41 @@ func TestExpiryByItsOwnClock(t *testing.T) {
 	}
 }
 
+// TestPinnedHoldsUntilRelease checks AcquirePinned: the slot outlives any
+// TTL on the store's clock, stays pinned through a Renew, is shown with its
+// TTL as Expires, and is freed by Release.
+func TestPinnedHoldsUntilRelease(t *testing.T) {
+	t.Parallel()
+	c := &clock{}
+	s := memstore.New(memstore.WithClock(c.read))
+	ctx := context.Background()
+	a := keycap.NewOwner()
+	if ok, _ := s.AcquirePinned(ctx, pool(0), a, 1, time.Second); !ok {
+		t.Fatal("refused")
+	}
+	for range 2 { // a Renew between the two looks leaves it pinned
+		c.add(24 * time.Hour)
+		if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); ok {
+			t.Fatal("granted while the pinned slot is held")
+		}
+		page, err := s.InspectPools(ctx, keycap.PageQuery{Tag: pool(0).Tag()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Pools) != 1 || len(page.Pools[0].Holders) != 1 || page.Pools[0].Holders[0].Expires != time.Second {
+			t.Fatalf("inspected %+v, want one holder expiring in its TTL, 1s", page.Pools)
+		}
+		batch := []keycap.Renewal{{Pool: pool(0), Owner: a, TTL: time.Second}}
+		if err := s.Renew(ctx, batch); err != nil || batch[0].Lost {
+			t.Fatalf("Renew: %v, lost %v", err, batch[0].Lost)
+		}
+	}
+	_ = s.Release(ctx, pool(0), a)
+	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); !ok {
+		t.Fatal("refused after Release")
+	}
+}
+
 // TestIdlePoolsAreReclaimed checks that memory follows the pools in use, not
 // every key ever seen.
 func TestIdlePoolsAreReclaimed(t *testing.T) {

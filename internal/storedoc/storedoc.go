@@ -33,6 +33,7 @@ var interfaces = map[string]func(keycap.Store) bool{
 	"Sharer":      func(s keycap.Store) bool { _, ok := s.(keycap.Sharer); return ok },
 	"Inspector":   func(s keycap.Store) bool { _, ok := s.(keycap.Inspector); return ok },
 	"Overrider":   func(s keycap.Store) bool { _, ok := s.(keycap.Overrider); return ok },
+	"Pinner":      func(s keycap.Store) bool { _, ok := s.(keycap.Pinner); return ok },
 
 	"AsyncReleaser": func(s keycap.Store) bool { _, ok := s.(keycap.AsyncReleaser); return ok },
 }
