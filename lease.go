@@ -22,22 +22,13 @@ type Lease struct {
 
 	pins uint16 // the keeper's renewals under way that read the lease (one per slot at most); guarded by mu
 
-	kind     leaseKind // what keeps it alive
-	admitted bool      // handed to its holder
-	released bool      // guarded by mu (for a pinned lease, by its one goroutine)
-	lost     bool      // guarded by mu
-	listed   bool      // guarded by the keeper shard's lock
-	plain    bool      // one limit, taken without waiting: reusable once released (see reuse)
+	member   bool // a member lease of the node, kept by its heartbeat (AcquireAs)
+	admitted bool // handed to its holder
+	released bool // guarded by mu
+	lost     bool // guarded by mu
+	listed   bool // guarded by the keeper shard's lock
+	plain    bool // one limit, taken without waiting: reusable once released (see reuse)
 }
-
-// leaseKind tells what keeps a lease alive.
-type leaseKind uint8
-
-const (
-	renewedLease leaseKind = iota // the keeper renews it
-	memberLease                   // a member of the node, kept by its heartbeat (AcquireAs)
-	pinnedLease                   // held with no expiry (Pinner) by Do: only Do's goroutine reaches it
-)
 
 // leaseExtra is what only some leases carry, apart so that the common
 // lease stays small.
@@ -169,7 +160,7 @@ func (ls *Lease) Release() {
 // (member), a wait in a line (plain), and the timers of Close (closed).
 func (ls *Lease) reuse() {
 	l := ls.l
-	if ls.release(-1) && ls.plain && ls.kind != memberLease && !l.closed.Load() {
+	if ls.release(-1) && ls.plain && !ls.member && !l.closed.Load() {
 		*ls = Lease{}
 		l.free.Put(ls)
 	}
@@ -180,35 +171,27 @@ func (ls *Lease) reuse() {
 // released here with no renewal reading it and no extra: once released, no
 // renewal starts reading it (the keeper skips released leases).
 func (ls *Lease) release(reported int) (unread bool) {
-	l := ls.l
-	if ls.kind == pinnedLease {
-		// Nothing but Do's goroutine reaches a pinned lease, and it has
-		// no extra (no shadow, no label): nothing to lock or unlist.
-		if ls.released {
-			return false
-		}
-		ls.released, unread = true, true
-	} else {
-		ls.mu.Lock()
-		if ls.released {
-			ls.mu.Unlock()
-			return false
-		}
-		ls.released = true
-		unread = ls.pins == 0 && ls.extra == nil
-		var shadow *Lease
-		if ls.extra != nil {
-			shadow = ls.extra.shadow
-		}
+	ls.mu.Lock()
+	if ls.released {
 		ls.mu.Unlock()
-		if shadow != nil {
-			shadow.release(-1)
-		}
-		if ls.kind == memberLease {
-			l.nodes.remove(ls)
-		} else {
-			l.keeper.remove(ls)
-		}
+		return false
+	}
+	ls.released = true
+	unread = ls.pins == 0 && ls.extra == nil
+	var shadow *Lease
+	if ls.extra != nil {
+		shadow = ls.extra.shadow
+	}
+	ls.mu.Unlock()
+	if shadow != nil {
+		shadow.release(-1)
+	}
+
+	l := ls.l
+	if ls.member {
+		l.nodes.remove(ls)
+	} else {
+		l.keeper.remove(ls)
 	}
 	for i := range ls.slots {
 		if s := &ls.slots[i]; s.held {

@@ -161,7 +161,7 @@ func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 // -race): no lease may be reported lost (a renewal reaching a reused lease
 // would), and the pool never holds more than its max.
 func TestDoReuseUnderRenewals(t *testing.T) {
-	l, lost := limiterReportingLost(t, renewed{memstore.New()})
+	l, lost := limiterReportingLost(t, renewed{Store: memstore.New()})
 	const max, workers = 4, 16
 	lim := limit(t, "reuse", "k", max, keycap.WithTTL(300*time.Millisecond))
 	var held, over atomic.Int64
@@ -200,9 +200,12 @@ func TestDoReuseUnderRenewals(t *testing.T) {
 	}
 }
 
-// renewed hides the store's Pinner, and the rest but Store, so that Do's
-// leases are renewed.
-type renewed struct{ keycap.Store }
+// renewed is memstore with its Pinner hidden (the field hides the method of
+// the same name), so that Do takes a Lease and it is renewed.
+type renewed struct {
+	*memstore.Store
+	AcquirePinned struct{}
+}
 
 // limiterReportingLost returns a Limiter on s, closed when the test ends,
 // and a channel that receives its first LeaseLost event.

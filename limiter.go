@@ -247,14 +247,6 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 
 	start := l.now()
 	ls := newLease(l, limits, start, reuse)
-	// Do's lease of one plain limit, taken without waiting, on a store that
-	// pins: held until Do releases it, so neither renewed nor listed with
-	// the keeper. Not when the Limiter inspects, whose reports read labels
-	// from the keeper's list.
-	if reuse && wait == 0 && l.pinner != nil && l.inspect == nil &&
-		len(limits) == 1 && limits[0].plain() && member == nil && park == nil {
-		ls.kind = pinnedLease
-	}
 	if len(limits) == 0 { // nothing to take (every limit a shadow): whatever the path
 		l.admit(ctx, ls, 0)
 		return ls, nil
@@ -279,7 +271,7 @@ func (l *Limiter) acquire(ctx context.Context, member *string, park *Parking, li
 
 // acquireMember takes ls as the node's member named member.
 func (l *Limiter) acquireMember(ctx context.Context, ls *Lease, member string, wait, start time.Duration) (*Lease, error) {
-	ls.owner, ls.kind = NodeOwner(l.node, member), memberLease
+	ls.owner, ls.member = NodeOwner(l.node, member), true
 	// Registered before the store grants it, so that a heartbeat meanwhile
 	// keeps it rather than dropping it as a ghost.
 	l.nodes.add(ls)
@@ -391,13 +383,7 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 	for i := range ls.slots {
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
-		var ok bool
-		var err error
-		if ls.kind == pinnedLease {
-			ok, err = l.pinner.AcquirePinned(bctx, s.limit.pool, ls.owner, s.limit.max, s.limit.ttl)
-		} else {
-			ok, err = l.acquireIn(bctx, &s.limit, ls.owner)
-		}
+		ok, err := l.acquireIn(bctx, &s.limit, ls.owner)
 		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
 		cancel()
 		if err != nil {
@@ -513,7 +499,7 @@ func (l *Limiter) failModeOf(lim Limit) FailMode {
 // and the panic goes on.
 func (l *Limiter) admit(ctx context.Context, ls *Lease, waited time.Duration) {
 	ls.admitted = true
-	if ls.kind == renewedLease {
+	if !ls.member {
 		l.keeper.add(ls) // member leases are kept by the node's heartbeat
 	}
 	if l.observer == nil {
@@ -620,15 +606,88 @@ func (l *Limiter) storeAnswered(pool PoolID) {
 // returns or panics. It returns Acquire's error without running fn, or fn's
 // error. Since fn never sees the lease, Do reuses it: with one limit taken
 // without waiting, its steady path allocates nothing. On a store that lives
-// in the process (a Pinner: memstore), such a slot is also held with no
-// expiry, so the renewal loop never sees it: a fn that never returns holds
-// its slot for good, even after Close (a renewed slot would be held as long,
-// until Close).
+// in the process (a Pinner: memstore), such a slot is held with no expiry
+// and without a Lease, so it is never renewed (Inspect shows it as this
+// Limiter's all the same, but without its label, unless WithInspection is
+// set, when Do makes a Lease as Acquire does). A fn that never returns holds
+// its slot for good, where a renewed slot is held until Close.
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits ...Limit) error {
+	if l.pinnable(limits) {
+		return l.doPinned(ctx, fn, limits)
+	}
 	ls, err := l.acquire(ctx, nil, nil, limits, true)
 	if err != nil {
 		return err
 	}
 	defer ls.reuse() // fn never sees ls
 	return fn(ctx)
+}
+
+// pinnable reports whether Do can take its limits pinned (doPinned): one
+// plain limit, taken without waiting, on a Pinner, with no shadow and no
+// inspection (whose reports read the caller's label from the keeper's list
+// of leases).
+func (l *Limiter) pinnable(limits []Limit) bool {
+	if len(limits) != 1 || l.pinner == nil || l.blocks || l.inspect != nil || l.shadowAll {
+		return false
+	}
+	lim := &limits[0]
+	return lim.valid() && lim.plain() && lim.wait == 0 && !lim.shadow
+}
+
+// doPinned is Do for a pinnable limit. Its slot is held with no expiry and
+// no renewal, and no Lease is made: nothing but this call can reach it.
+// What it reports is what acquire, admit and release report for it.
+func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, limits []Limit) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if l.ov != nil {
+		limits = l.ov.apply(limits)
+	}
+	lim := &limits[0]
+	if lim.max == 0 {
+		l.refused(ctx, *lim, 0)
+		return &LimitError{Limit: *lim}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	start := l.now()
+	owner := l.newOwner(start)
+	ok, err := l.pinner.AcquirePinned(ctx, lim.pool, owner, lim.max, lim.ttl)
+	switch {
+	case err != nil: // a Pinner never fails; if one does, as try would
+		l.storeFailed(*lim, err)
+		if l.failModeOf(*lim) == FailClosed {
+			return &StoreError{Limit: *lim, Err: err}
+		}
+		return fn(ctx) // unguarded
+	case !ok:
+		l.storeAnswered(lim.home())
+		l.refused(ctx, *lim, 0)
+		return &LimitError{Limit: *lim}
+	}
+	l.storeAnswered(lim.home())
+	// Deferred before SlotAcquired is sent: an observer that panics
+	// receives the SlotReleased that balances it.
+	defer l.releasePinned(lim, owner, start)
+	if l.observer != nil {
+		observe(ctx, l.observer, Event{Kind: SlotAcquired, Family: lim.family, Limit: *lim})
+	}
+	return fn(ctx)
+}
+
+// releasePinned frees doPinned's slot of lim, taken by owner at start.
+func (l *Limiter) releasePinned(lim *Limit, owner Owner, start time.Duration) {
+	if err := l.store.Release(context.Background(), lim.pool, owner); err != nil {
+		l.storeFailed(*lim, err)
+		l.releaser.retry(*lim, owner, start+lim.ttl)
+	} else {
+		l.storeAnswered(lim.home())
+	}
+	l.waiters.wake(lim.pool)
+	if l.observer != nil {
+		l.observer.Observe(Event{Kind: SlotReleased, Family: lim.family, Limit: *lim, Held: l.precise() - start})
+	}
 }

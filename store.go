@@ -62,8 +62,10 @@ type NonBlocking interface {
 // Pinner is a Store that lives and dies with its process, and so can hold a
 // slot with no expiry for a caller that is sure to release it: the holder
 // cannot die without the store. Limiter.Do takes such slots (its release is
-// deferred, so it runs on return and on panic), and then neither renews them
-// nor lists them with its renewal loop. Implemented by memstore.
+// deferred, so it runs on return and on panic) for one plain limit taken
+// without waiting, and then neither renews them nor makes a Lease. A Pinner
+// is NonBlocking too, and its calls do not fail (a failure is handled as
+// Acquire's would be). Implemented by memstore.
 type Pinner interface {
 	// AcquirePinned is Acquire for a slot that is held until Release, never
 	// expired. ttl is the limit's TTL: an Inspector reports it as the
