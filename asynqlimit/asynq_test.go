@@ -166,13 +166,22 @@ func twoServers(t *testing.T, parked bool) {
 		}
 	}
 	took := time.Since(start)
+	// The tasks must have met the limit, or the test proved nothing. On a
+	// busy machine a key's tasks may all happen to run apart, so half the
+	// keys meeting it is enough.
+	contended := 0
 	for key, p := range conc.Peaks() {
-		if p > limit {
+		switch {
+		case p > limit:
 			t.Errorf("key %s: %d tasks at once, limit %d", key, p, limit)
+		case p == limit:
+			contended++
+		default:
+			t.Logf("key %s: at most %d tasks at once, below the limit, %d", key, p, limit)
 		}
-		if p < limit {
-			t.Errorf("key %s: at most %d tasks at once, want the limit, %d: the tasks were not contended", key, p, limit)
-		}
+	}
+	if contended < keys/2 {
+		t.Errorf("only %d of %d keys had %d tasks at once: the tasks were not contended", contended, keys, limit)
 	}
 	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 	defer insp.Close()
