@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,11 +311,37 @@ func serverCPU(b *testing.B, c redis.UniversalClient) float64 {
 }
 
 // sumInfo sums the numbers that value finds in the lines of an INFO
-// section.
+// section: of every master, on a cluster (INFO on a ClusterClient reaches
+// one node, at random).
 func sumInfo(b *testing.B, c redis.UniversalClient, section string, value func(line string) (string, bool)) float64 {
-	info, err := c.Info(context.Background(), section).Result()
+	ctx := context.Background()
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		total, err := infoSum(ctx, c, section, value)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return total
+	}
+	var mu sync.Mutex
+	total := 0.0
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := infoSum(ctx, m, section, value)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
 	if err != nil {
 		b.Fatal(err)
+	}
+	return total
+}
+
+func infoSum(ctx context.Context, c redis.Cmdable, section string, value func(line string) (string, bool)) (float64, error) {
+	info, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return 0, err
 	}
 	total := 0.0
 	for _, line := range strings.Split(info, "\n") {
@@ -324,9 +351,9 @@ func sumInfo(b *testing.B, c redis.UniversalClient, section string, value func(l
 		}
 		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
-			b.Fatal(err)
+			return 0, fmt.Errorf("INFO %s: %q: %w", section, line, err)
 		}
 		total += n
 	}
-	return total
+	return total, nil
 }
