@@ -327,7 +327,7 @@ type HolderReport struct {
 	Holder
 	Age   time.Duration // since the lease was asked for; 0 when unknown
 	Node  string        // the holding node's name when known, else its tag in hex; "" when unknown
-	Here  bool          // held by this Limiter (a lease of Do on a Pinner, by its owner's stamp)
+	Here  bool          // held by this Limiter (a slot Do pinned on a Pinner: by this node, as its owner's stamp tells)
 	Label string        // the caller's label (WithLabel), for this Limiter's leases
 }
 
@@ -372,8 +372,9 @@ func (l *Limiter) Inspect(ctx context.Context, q Inspection) (*Report, error) {
 			} else if node, at, ok := h.Owner.Stamp(); ok {
 				hr.Age = max(time.Since(at), 0)
 				hr.Node = node.String()
-				if node == l.nodeTag { // this Limiter's, but not renewed by it: Do's, pinned
-					hr.Node, hr.Here = l.nodeName, true
+				if node == l.nodeTag {
+					// On a Pinner, a slot Do pinned: not on the keeper's list.
+					hr.Node, hr.Here = l.nodeName, l.pinner != nil
 				}
 			} else if NodeID(h.Owner[:8]) == l.node {
 				hr.Here, hr.Node = true, l.nodeName

@@ -11,6 +11,10 @@ const DefaultTTL = 30 * time.Second
 // MinTTL is the shortest TTL a Limit accepts.
 const MinTTL = time.Millisecond
 
+// MaxTTL is the longest TTL a Limit accepts: far beyond any holder's
+// renewal, and far from where a clock plus a TTL would overflow.
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
 // DefaultBudget is the decision budget of a Limiter built without
 // WithDecisionBudget: how long a store call may take before the store counts
 // as failed for it and the limit's fail mode applies.
@@ -104,7 +108,7 @@ func WithShadow() LimitOption { return LimitOption{field: fieldShadow} }
 // WithTTL sets how long a lease lives when its holder stops renewing it (a
 // crashed process, a lost network). Holders renew at about a third of it, so a
 // TTL can be short. Default DefaultTTL (for a member lease, taken with
-// Limiter.AcquireAs, MemberTTLBeats heartbeats); at least MinTTL.
+// Limiter.AcquireAs, MemberTTLBeats heartbeats); from MinTTL to MaxTTL.
 func WithTTL(ttl time.Duration) LimitOption { return LimitOption{field: fieldTTL, d: ttl} }
 
 // WithWait lets Acquire wait up to d for a slot of this limit before it
@@ -230,6 +234,8 @@ func (l *Limit) validate() error {
 		return &InvalidLimitError{Field: "max", Value: fmt.Sprint(l.max), Reason: "must be at least 0"}
 	case l.ttl < MinTTL:
 		return &InvalidLimitError{Field: "ttl", Value: l.ttl.String(), Reason: "must be at least " + MinTTL.String()}
+	case l.ttl > MaxTTL:
+		return &InvalidLimitError{Field: "ttl", Value: l.ttl.String(), Reason: "must be at most " + MaxTTL.String()}
 	case l.wait < 0:
 		return &InvalidLimitError{Field: "wait", Value: l.wait.String(), Reason: "must be at least 0"}
 	case l.fail > FailClosed:

@@ -610,7 +610,7 @@ func (l *Limiter) storeAnswered(pool PoolID) {
 // and without a Lease, so it is never renewed (Inspect shows it as this
 // Limiter's all the same, but without its label, unless WithInspection is
 // set, when Do makes a Lease as Acquire does). A fn that never returns holds
-// its slot for good, where a renewed slot is held until Close.
+// its slot for good, where a renewed slot is held until a TTL after Close.
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits ...Limit) error {
 	if l.pinnable(limits) {
 		return l.doPinned(ctx, fn, limits)
@@ -657,7 +657,11 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	owner := l.newOwner(start)
 	ok, err := l.pinner.AcquirePinned(ctx, lim.pool, owner, lim.max, lim.ttl)
 	switch {
-	case err != nil: // a Pinner never fails; if one does, as try would
+	case err != nil: // a Pinner does not fail; if one does, as try would
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			l.releasePinned(lim, owner, start, false) // in case it was taken
+			return ctxErr
+		}
 		l.storeFailed(*lim, err)
 		if l.failModeOf(*lim) == FailClosed {
 			return &StoreError{Limit: *lim, Err: err}
@@ -668,26 +672,32 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 		l.refused(ctx, *lim, 0)
 		return &LimitError{Limit: *lim}
 	}
+	// Deferred before any event is sent: a pinned slot does not expire, so
+	// an observer that panics must not leave it held. SlotReleased is sent
+	// only if SlotAcquired was (marked before the call: an observer that
+	// panics on it received it).
+	reported := false
+	defer func() { l.releasePinned(lim, owner, start, reported) }()
 	l.storeAnswered(lim.home())
-	// Deferred before SlotAcquired is sent: an observer that panics
-	// receives the SlotReleased that balances it.
-	defer l.releasePinned(lim, owner, start)
 	if l.observer != nil {
+		reported = true
 		observe(ctx, l.observer, Event{Kind: SlotAcquired, Family: lim.family, Limit: *lim})
 	}
 	return fn(ctx)
 }
 
-// releasePinned frees doPinned's slot of lim, taken by owner at start.
-func (l *Limiter) releasePinned(lim *Limit, owner Owner, start time.Duration) {
+// releasePinned frees doPinned's slot of lim, taken by owner at start, and
+// with report sends SlotReleased. A failed release is retried for a TTL, as
+// a renewed lease's would be.
+func (l *Limiter) releasePinned(lim *Limit, owner Owner, start time.Duration, report bool) {
 	if err := l.store.Release(context.Background(), lim.pool, owner); err != nil {
 		l.storeFailed(*lim, err)
-		l.releaser.retry(*lim, owner, start+lim.ttl)
+		l.releaser.retry(*lim, owner, l.now()+lim.ttl)
 	} else {
 		l.storeAnswered(lim.home())
 	}
 	l.waiters.wake(lim.pool)
-	if l.observer != nil {
+	if report && l.observer != nil {
 		l.observer.Observe(Event{Kind: SlotReleased, Family: lim.family, Limit: *lim, Held: l.precise() - start})
 	}
 }

@@ -30,6 +30,7 @@ func TestNewLimitNamesTheInvalidField(t *testing.T) {
 		{"negative max", "n", -1, nil, "max"},
 		{"ttl below 1ms", "n", 1, []keycap.LimitOption{keycap.WithTTL(999 * time.Microsecond)}, "ttl"},
 		{"zero ttl", "n", 1, []keycap.LimitOption{keycap.WithTTL(0)}, "ttl"},
+		{"ttl above MaxTTL", "n", 1, []keycap.LimitOption{keycap.WithTTL(keycap.MaxTTL + time.Millisecond)}, "ttl"},
 		{"negative wait", "n", 1, []keycap.LimitOption{keycap.WithWait(-time.Second)}, "wait"},
 		{"unknown fail mode", "n", 1, []keycap.LimitOption{keycap.WithFailMode(7)}, "fail mode"},
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,4 +118,185 @@ func TestDoPinnedReportsAsALease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDoPinsOnlyWhatItCan: Do pins one plain limit taken without waiting,
+// and nothing else. Inside fn the store's clock moves a second: a pinned
+// slot still shows its TTL as Expires, a lease's a second less.
+func TestDoPinsOnlyWhatItCan(t *testing.T) {
+	const ttl = time.Minute
+	for _, tc := range []struct {
+		name    string
+		opts    []keycap.Option
+		limit   []keycap.LimitOption
+		two     bool // a second limit beside it
+		shadow  bool // look in the shadow pools
+		pinned  bool
+		inspect bool
+	}{
+		{name: "plain", pinned: true},
+		{name: "wait", limit: []keycap.LimitOption{keycap.WithWait(time.Second)}},
+		{name: "weight", limit: []keycap.LimitOption{keycap.WithWeight(2)}},
+		{name: "shadow-limit", limit: []keycap.LimitOption{keycap.WithShadow()}, shadow: true},
+		{name: "shadow-mode", opts: []keycap.Option{keycap.WithShadowMode()}, shadow: true},
+		{name: "two-limits", two: true},
+		{name: "inspection", opts: []keycap.Option{keycap.WithInspection(keycap.InspectOptions{})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var now atomic.Int64
+			s := memstore.New(memstore.WithClock(func() time.Duration { return time.Duration(now.Load()) }))
+			l, _ := newLimiter(t, s, tc.opts...)
+			limits := []keycap.Limit{limit(t, "pins", "k", 4, append([]keycap.LimitOption{keycap.WithTTL(ttl)}, tc.limit...)...)}
+			if tc.two {
+				limits = append(limits, limit(t, "pins", "other", 4, keycap.WithTTL(ttl)))
+			}
+			err := l.Do(context.Background(), func(context.Context) error {
+				now.Add(int64(time.Second))
+				r, err := l.Inspect(context.Background(), keycap.Inspection{Name: "pins", Shadow: tc.shadow})
+				if err != nil {
+					return err
+				}
+				if len(r.Pools) != len(limits) {
+					t.Fatalf("%d pools, want %d", len(r.Pools), len(limits))
+				}
+				for _, p := range r.Pools {
+					if len(p.Holders) != 1 {
+						t.Fatalf("pool %v: %d holders, want 1", p.Pool, len(p.Holders))
+					}
+					if h := p.Holders[0]; (h.Expires == ttl) != tc.pinned || !h.Here {
+						t.Errorf("holder %+v: want pinned %v (Expires = TTL), here", h, tc.pinned)
+					}
+				}
+				return nil
+			}, limits...)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// faultyPinner is memstore whose Acquire, AcquirePinned and Release fail
+// while fail is set; faultyLeased is the same with its Pinner hidden.
+type faultyPinner struct {
+	*memstore.Store
+	fail atomic.Bool
+}
+
+var errPinnerDown = errors.New("pinner down")
+
+func (f *faultyPinner) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	if f.fail.Load() {
+		return false, errPinnerDown
+	}
+	return f.Store.Acquire(ctx, p, o, max, ttl)
+}
+
+func (f *faultyPinner) AcquirePinned(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+	if f.fail.Load() {
+		return false, errPinnerDown
+	}
+	return f.Store.AcquirePinned(ctx, p, o, max, ttl)
+}
+
+func (f *faultyPinner) Release(ctx context.Context, p keycap.PoolID, o keycap.Owner) error {
+	if f.fail.Load() {
+		return errPinnerDown
+	}
+	return f.Store.Release(ctx, p, o)
+}
+
+type faultyLeased struct {
+	*faultyPinner
+	AcquirePinned struct{}
+}
+
+// TestDoPinnedFailures runs Do on a Pinner that fails, pinned and leased:
+// an acquire that fails open runs fn unguarded and one that fails closed
+// returns a *StoreError, with the same events either way; a release that
+// fails is retried until the store answers again.
+func TestDoPinnedFailures(t *testing.T) {
+	for _, mode := range []keycap.FailMode{keycap.FailOpen, keycap.FailClosed} {
+		var got [2]string
+		for i, pinned := range []bool{true, false} {
+			f := &faultyPinner{Store: memstore.New()}
+			var s keycap.Store = f
+			if !pinned {
+				s = faultyLeased{faultyPinner: f}
+			}
+			l, rec := newLimiter(t, s)
+			f.fail.Store(true)
+			ran := false
+			err := l.Do(context.Background(), func(context.Context) error { ran = true; return nil }, limit(t, "fail", "k", 1, keycap.WithFailMode(mode)))
+			var kinds []string
+			for _, e := range rec.Events() {
+				kinds = append(kinds, e.Kind.String())
+			}
+			got[i] = fmt.Sprintf("ran %v, err %v, events %v", ran, err, kinds)
+		}
+		if got[0] != got[1] {
+			t.Errorf("%v: pinned %s\nleased %s", mode, got[0], got[1])
+		}
+		if mode == keycap.FailClosed && !strings.Contains(got[0], "ran false") || mode == keycap.FailOpen && !strings.Contains(got[0], "ran true") {
+			t.Errorf("%v: %s", mode, got[0])
+		}
+	}
+
+	// A release that fails is retried: the slot is free once the store
+	// answers again.
+	f := &faultyPinner{Store: memstore.New()}
+	l, rec := newLimiter(t, f)
+	lim := limit(t, "fail", "release", 1)
+	if err := l.Do(context.Background(), func(context.Context) error { f.fail.Store(true); return nil }, lim); err != nil {
+		t.Fatal(err)
+	}
+	if n := rec.Count(keycap.StoreFailed, ""); n != 1 {
+		t.Fatalf("%d StoreFailed after a failed release, want 1", n)
+	}
+	f.fail.Store(false)
+	other, _ := newLimiter(t, f.Store)
+	deadline := time.Now().Add(5 * time.Second) // the retry's first interval is 50 ms
+	for {
+		ls, err := other.Acquire(context.Background(), lim)
+		if err == nil {
+			ls.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed release was not retried within 5 s")
+		}
+		time.Sleep(10 * time.Millisecond) // no event tells of the retry's success
+	}
+}
+
+// TestDoPinnedObserverPanicOnRecovery: an observer that panics on the
+// StoreRecovered that Do's grant sends must not leave the pinned slot held
+// (it would be held for good: it has no expiry).
+func TestDoPinnedObserverPanicOnRecovery(t *testing.T) {
+	f := &faultyPinner{Store: memstore.New()}
+	obs := keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.StoreRecovered {
+			panic("observer")
+		}
+	})
+	l, err := keycap.NewLimiter(f, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	lim := limit(t, "recover", "k", 1)
+	f.fail.Store(true)
+	_ = l.Do(context.Background(), func(context.Context) error { return nil }, lim) // opens the outage
+	f.fail.Store(false)
+	time.Sleep(2 * time.Millisecond) // past WithRecoverAfter: the next answer ends the outage
+	func() {
+		defer func() {
+			if r := recover(); r != "observer" {
+				t.Fatalf("recovered %v, want the observer's panic", r)
+			}
+		}()
+		_ = l.Do(context.Background(), func(context.Context) error { return nil }, lim)
+	}()
+	other, _ := newLimiter(t, f.Store)
+	acquire(t, other, lim).Release()
 }

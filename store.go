@@ -64,8 +64,11 @@ type NonBlocking interface {
 // cannot die without the store. Limiter.Do takes such slots (its release is
 // deferred, so it runs on return and on panic) for one plain limit taken
 // without waiting, and then neither renews them nor makes a Lease. A Pinner
-// is NonBlocking too, and its calls do not fail (a failure is handled as
-// Acquire's would be). Implemented by memstore.
+// must be NonBlocking too (Do does not pin on a store that blocks), and its
+// AcquirePinned and Release must not fail: a failure is handled as
+// Acquire's would be, but a release that keeps failing leaves a pinned slot
+// held for good. A wrapper that embeds a Pinner and changes Acquire must
+// change AcquirePinned too, or Do goes around it. Implemented by memstore.
 type Pinner interface {
 	// AcquirePinned is Acquire for a slot that is held until Release, never
 	// expired. ttl is the limit's TTL: an Inspector reports it as the

@@ -184,7 +184,7 @@ func (s *Store) acquire(p keycap.PoolID, owner keycap.Owner, max int, ttl time.D
 	now := s.fast()
 	expires := now + ttl + s.slack
 	if pin {
-		expires = pinned + ttl
+		expires = pinned + min(ttl, keycap.MaxTTL) // no overflow
 	}
 	sh := s.shard(p)
 	sh.mu.Lock()

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,13 @@ func TestPinnedHoldsUntilRelease(t *testing.T) {
 	_ = s.Release(ctx, pool(0), a)
 	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); !ok {
 		t.Fatal("refused after Release")
+	}
+	// A TTL too long to add to the pinned mark does not wrap around.
+	if ok, _ := s.AcquirePinned(ctx, pool(1), a, 1, math.MaxInt64); !ok {
+		t.Fatal("refused")
+	}
+	if ok, _ := s.Acquire(ctx, pool(1), keycap.NewOwner(), 1, time.Second); ok {
+		t.Fatal("granted beside a pinned slot of a huge TTL: its expiry wrapped around")
 	}
 }
 
