@@ -608,8 +608,8 @@ func (l *Limiter) storeAnswered(pool PoolID) {
 // without waiting, its steady path allocates nothing. On a store that lives
 // in the process (a Pinner: memstore), such a slot is held with no expiry
 // and without a Lease, so it is never renewed (Inspect shows it as this
-// Limiter's all the same, but without its label, unless WithInspection is
-// set, when Do makes a Lease as Acquire does). A fn that never returns holds
+// node's all the same, but without its label, unless WithInspection is set,
+// when Do makes a Lease as Acquire does). A fn that never returns holds
 // its slot for good, where a renewed slot is held until a TTL after Close.
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits ...Limit) error {
 	if l.pinnable(limits) {
