@@ -176,39 +176,20 @@ func TestDoPinsOnlyWhatItCan(t *testing.T) {
 	}
 }
 
-// faultyPinner is memstore whose Acquire, AcquirePinned and Release fail
-// while fail is set; faultyLeased is the same with its Pinner hidden.
-type faultyPinner struct {
-	*memstore.Store
-	fail atomic.Bool
-}
+// leasedFaults is faultStore over memstore, which never blocks;
+// pinnedFaults is the same with memstore's Pinner, whose AcquirePinned
+// fails while fail is set, as Acquire does.
+type leasedFaults struct{ *faultStore }
 
-var errPinnerDown = errors.New("pinner down")
+func (leasedFaults) NonBlocking() {}
 
-func (f *faultyPinner) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+type pinnedFaults struct{ leasedFaults }
+
+func (f pinnedFaults) AcquirePinned(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
 	if f.fail.Load() {
-		return false, errPinnerDown
+		return false, errDown
 	}
-	return f.Store.Acquire(ctx, p, o, max, ttl)
-}
-
-func (f *faultyPinner) AcquirePinned(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	if f.fail.Load() {
-		return false, errPinnerDown
-	}
-	return f.Store.AcquirePinned(ctx, p, o, max, ttl)
-}
-
-func (f *faultyPinner) Release(ctx context.Context, p keycap.PoolID, o keycap.Owner) error {
-	if f.fail.Load() {
-		return errPinnerDown
-	}
-	return f.Store.Release(ctx, p, o)
-}
-
-type faultyLeased struct {
-	*faultyPinner
-	AcquirePinned struct{}
+	return f.Store.(keycap.Pinner).AcquirePinned(ctx, p, o, max, ttl)
 }
 
 // TestDoPinnedFailures runs Do on a Pinner that fails, pinned and leased:
@@ -219,10 +200,10 @@ func TestDoPinnedFailures(t *testing.T) {
 	for _, mode := range []keycap.FailMode{keycap.FailOpen, keycap.FailClosed} {
 		var got [2]string
 		for i, pinned := range []bool{true, false} {
-			f := &faultyPinner{Store: memstore.New()}
-			var s keycap.Store = f
+			f := newFaultStore()
+			var s keycap.Store = pinnedFaults{leasedFaults{f}}
 			if !pinned {
-				s = faultyLeased{faultyPinner: f}
+				s = leasedFaults{f}
 			}
 			l, rec := newLimiter(t, s)
 			f.fail.Store(true)
@@ -244,8 +225,8 @@ func TestDoPinnedFailures(t *testing.T) {
 
 	// A release that fails is retried: the slot is free once the store
 	// answers again.
-	f := &faultyPinner{Store: memstore.New()}
-	l, rec := newLimiter(t, f)
+	f := newFaultStore()
+	l, rec := newLimiter(t, pinnedFaults{leasedFaults{f}})
 	lim := limit(t, "fail", "release", 1)
 	if err := l.Do(context.Background(), func(context.Context) error { f.fail.Store(true); return nil }, lim); err != nil {
 		t.Fatal(err)
@@ -273,13 +254,13 @@ func TestDoPinnedFailures(t *testing.T) {
 // StoreRecovered that Do's grant sends must not leave the pinned slot held
 // (it would be held for good: it has no expiry).
 func TestDoPinnedObserverPanicOnRecovery(t *testing.T) {
-	f := &faultyPinner{Store: memstore.New()}
+	f := newFaultStore()
 	obs := keycap.ObserverFunc(func(e keycap.Event) {
 		if e.Kind == keycap.StoreRecovered {
 			panic("observer")
 		}
 	})
-	l, err := keycap.NewLimiter(f, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond))
+	l, err := keycap.NewLimiter(pinnedFaults{leasedFaults{f}}, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
