@@ -43,11 +43,13 @@ type Store interface {
 type AsyncReleaser interface {
 	// ReleaseAsync starts Release(pool, owner) and returns at once. done is
 	// called once with its outcome, on a goroutine of the store's, and must
-	// not block. A call the store receives after ReleaseAsync returns is
-	// applied after the release (an Acquire of the same pool by the same
-	// process finds the slot free). A release not sent within budget (0: no
-	// bound but the store's own timeouts) is not sent; done then has an
-	// error.
+	// not block. An acquire, release, queue or dequeue of the same pool
+	// that the store receives after ReleaseAsync returns is applied after
+	// the release: an Acquire of the pool by the same process finds the
+	// slot free. A read (InspectPools) is not ordered with it, and may show
+	// the slot held until done is called. A release not sent within budget
+	// (0: no bound but the store's own timeouts) is not sent; done then has
+	// an error.
 	ReleaseAsync(pool PoolID, owner Owner, budget time.Duration, done func(error))
 }
 

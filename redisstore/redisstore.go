@@ -387,10 +387,12 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 
 // ReleaseAsync implements keycap.AsyncReleaser: Release's commands join the
 // node's next pipeline, and done is called with the outcome once they have
-// their replies (on the node's sender: done must not block). A call the
-// store receives after ReleaseAsync returns reaches Redis after the
-// release. Not sent once budget has passed (0: no bound but the client's
-// timeouts); done then has a deadline error.
+// their replies (on the node's sender: done must not block). An acquire,
+// release, queue or dequeue of the pool that the store receives after
+// ReleaseAsync returns reaches Redis after the release (it takes the same
+// lane); InspectPools, which reads on a pipeline of its own, may see the
+// slot held until done is called. Not sent once budget has passed (0: no
+// bound but the client's timeouts); done then has a deadline error.
 func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
 	c := s.newRelease(pool, owner)
 	o := &c.op
