@@ -380,6 +380,17 @@ func check(limits []Limit) (time.Duration, error) {
 // that refused, or nil when every slot is held or skipped by a failing-open
 // store. On refusal and on error, the slots taken are released.
 func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit, error) {
+	if l.observer != nil {
+		// An observer that panics on a store event (StoreRecovered,
+		// StoreFailed) must not leave the slots taken so far held: ls is
+		// not admitted, so nobody would release or renew them.
+		defer func() {
+			if r := recover(); r != nil {
+				l.undo(ls)
+				panic(r)
+			}
+		}()
+	}
 	for i := range ls.slots {
 		s := &ls.slots[i]
 		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
@@ -408,15 +419,17 @@ func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit
 			s.held = false // runs unguarded for this limit
 			continue
 		}
+		if ok {
+			s.held = true
+			// Counted from before the store call: the lease lives at least
+			// this long in the store.
+			s.renewAt, s.deadline = now+s.limit.ttl/3, now+s.limit.ttl
+		}
 		l.storeAnswered(s.limit.home())
 		if !ok {
 			l.undo(ls)
 			return &s.limit, nil
 		}
-		s.held = true
-		// Counted from before the store call: the lease lives at least
-		// this long in the store.
-		s.renewAt, s.deadline = now+s.limit.ttl/3, now+s.limit.ttl
 	}
 	return nil, nil
 }

@@ -480,6 +480,47 @@ func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 	acquire(t, l2, b).Release()
 }
 
+// TestObserverPanicOnRecoveryFreesTheSlots: an observer that panics on
+// the StoreRecovered that an Acquire's answer sends must not leave the
+// slots that Acquire took held (it never returns their lease).
+func TestObserverPanicOnRecoveryFreesTheSlots(t *testing.T) {
+	t.Parallel()
+	f := newFaultStore()
+	var recovered atomic.Int64
+	obs := keycap.ObserverFunc(func(e keycap.Event) {
+		if e.Kind == keycap.StoreRecovered {
+			recovered.Add(1)
+			panic("observer")
+		}
+	})
+	l, err := keycap.NewLimiter(f, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond), keycap.WithDefaultFailMode(keycap.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	a, b := limit(t, "recover-a", "k", 1), limit(t, "recover-b", "k", 1)
+	f.fail.Store(true)
+	if _, err := l.Acquire(context.Background(), a, b); err == nil {
+		t.Fatal("Acquire on a failing store with FailClosed succeeded")
+	}
+	f.fail.Store(false)
+	time.Sleep(2 * time.Millisecond) // past WithRecoverAfter: the next answer ends the outage
+	func() {
+		defer func() {
+			if r := recover(); r != "observer" {
+				t.Fatalf("recovered %v, want the observer's panic", r)
+			}
+		}()
+		ls, err := l.Acquire(context.Background(), a, b)
+		t.Fatalf("Acquire returned (%v, %v), want the observer's panic", ls, err)
+	}()
+	if n := recovered.Load(); n != 1 {
+		t.Fatalf("StoreRecovered reported %d times, want 1", n)
+	}
+	other, _ := newLimiter(t, f.Store)
+	acquire(t, other, a, b).Release()
+}
+
 func TestClose(t *testing.T) {
 	t.Parallel()
 	l, err := keycap.NewLimiter(memstore.New())
