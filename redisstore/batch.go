@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,7 +76,8 @@ func (o *op) wait(ctx context.Context) error {
 
 // queue gathers the ops bound for one node.
 type queue struct {
-	s *Store
+	s       *Store
+	retired atomic.Bool // a lane of a cluster's single whose pools went to their nodes' queues (queues.of)
 
 	mu      sync.Mutex
 	ops     []*op
@@ -119,35 +121,63 @@ func newLanes(s *Store, n int) []queue {
 
 func lane(q []queue, pool keycap.PoolID) *queue { return &q[int(pool[14])%len(q)] }
 
-// of returns the queue of pool's node.
+// of returns the queue of pool's node, locked: the caller queues its op
+// and unlocks it.
+//
+// Until a cluster's slot ranges are known (they are read in the background
+// after New), its pools share the lanes of single. A pool leaves its lane
+// there for its node's queue only when that lane is idle, and the lane is
+// then retired: an op of the pool still queued or in flight in it would
+// otherwise race the pool's next op on the other queue, and a release
+// could reach Redis after the acquire that was to find its slot free.
 func (qs *queues) of(s *Store, pool keycap.PoolID) *queue {
+	q := lane(qs.single, pool)
 	if s.cluster == nil {
-		return lane(qs.single, pool)
+		q.mu.Lock()
+		return q
 	}
 	name := s.slots.of(slotOf(pool))
 	if name == "" {
-		return lane(qs.single, pool)
+		q.mu.Lock()
+		return q
+	}
+	if !q.retired.Load() {
+		q.mu.Lock()
+		if !q.retired.Load() {
+			if q.running {
+				return q
+			}
+			q.retired.Store(true)
+		}
+		q.mu.Unlock()
 	}
 	qs.mu.RLock()
-	q := qs.byName[name]
+	named := qs.byName[name]
 	qs.mu.RUnlock()
-	if q == nil {
+	if named == nil {
 		qs.mu.Lock()
-		if q = qs.byName[name]; q == nil {
+		if named = qs.byName[name]; named == nil {
 			if qs.byName == nil {
 				qs.byName = make(map[string][]queue)
 			}
-			q = newLanes(s, clusterLanes)
-			qs.byName[name] = q
+			named = newLanes(s, clusterLanes)
+			qs.byName[name] = named
 		}
 		qs.mu.Unlock()
 	}
-	return lane(q, pool)
+	q = lane(named, pool)
+	q.mu.Lock()
+	return q
 }
 
 // submit queues o, and starts the queue's sender unless it runs.
 func (q *queue) submit(o *op) {
 	q.mu.Lock()
+	q.enqueue(o)
+}
+
+// enqueue is submit on a locked queue, which it unlocks.
+func (q *queue) enqueue(o *op) {
 	q.ops = append(q.ops, o)
 	start := !q.running
 	q.running = true
@@ -158,11 +188,10 @@ func (q *queue) submit(o *op) {
 }
 
 // lead sends o at once, in the caller's goroutine and with its context,
-// when the queue is idle (an op alone needs no sender), and then starts the
-// sender for what gathered meanwhile. Otherwise it queues o and reports
-// false.
+// when the locked queue q is idle (an op alone needs no sender), and then
+// starts the sender for what gathered meanwhile. Otherwise it queues o and
+// reports false. It unlocks q.
 func (q *queue) lead(ctx context.Context, o *op) bool {
-	q.mu.Lock()
 	if q.running {
 		o.done = make(chan struct{}) // only a queued op is waited for
 		q.ops = append(q.ops, o)

@@ -399,7 +399,7 @@ func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time
 	if budget > 0 {
 		o.deadline = time.Now().Add(budget)
 	}
-	q := s.queues.of(s, pool)
+	var q *queue // the queue o is on, to hand the slot on in
 	finish := func(err error) {
 		if err != nil {
 			s.failed(err)
@@ -417,7 +417,8 @@ func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time
 		hand.then = func(h *op) { finish(h.err()) }
 		q.submit(hand)
 	}
-	q.submit(o)
+	q = s.queues.of(s, pool)
+	q.enqueue(o)
 }
 
 // errOf returns the first error of cmds.
