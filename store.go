@@ -42,8 +42,9 @@ type Store interface {
 // trip, the acquire. Implemented by redisstore.
 type AsyncReleaser interface {
 	// ReleaseAsync starts Release(pool, owner) and returns at once. done is
-	// called once with its outcome, on a goroutine of the store's, and must
-	// not block. An acquire, release, queue or dequeue of the same pool
+	// called once with its outcome, on a goroutine of the store's (or before
+	// ReleaseAsync returns, by a store that had to wait), and must not
+	// block. An acquire, release, queue or dequeue of the same pool
 	// that the store receives after ReleaseAsync returns is applied after
 	// the release: an Acquire of the pool by the same process finds the
 	// slot free. A read (InspectPools) is not ordered with it, and may show

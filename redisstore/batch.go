@@ -130,26 +130,32 @@ func lane(q []queue, pool keycap.PoolID) *queue { return &q[int(pool[14])%len(q)
 // then retired: an op of the pool still queued or in flight in it would
 // otherwise race the pool's next op on the other queue, and a release
 // could reach Redis after the acquire that was to find its slot free.
+// Under load that never lets a lane idle, its pools stay on it: in order,
+// but in pipelines that span nodes.
 func (qs *queues) of(s *Store, pool keycap.PoolID) *queue {
 	q := lane(qs.single, pool)
 	if s.cluster == nil {
 		q.mu.Lock()
 		return q
 	}
-	name := s.slots.of(slotOf(pool))
-	if name == "" {
-		q.mu.Lock()
-		return q
-	}
+	slot := slotOf(pool)
 	if !q.retired.Load() {
 		q.mu.Lock()
+		// The ranges are read under the lock, so that an op queued here
+		// while they were unknown keeps the lane busy, and unretired,
+		// until it is sent.
 		if !q.retired.Load() {
-			if q.running {
+			if q.running || s.slots.of(slot) == "" {
 				return q
 			}
 			q.retired.Store(true)
 		}
 		q.mu.Unlock()
+	}
+	name := s.slots.of(slot)
+	if name == "" { // a slot that no range serves (a cluster being resharded)
+		q.mu.Lock()
+		return q
 	}
 	qs.mu.RLock()
 	named := qs.byName[name]

@@ -117,8 +117,21 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the acquire was not answered within 10s")
 	}
-	// Idle now: the pool's next call retires the shared lane and goes on its
-	// node's queue.
+	// Once idle (the sender lets go of the lane after it answered), the
+	// pool's next call retires the shared lane and goes on its node's queue.
+	for {
+		q.mu.Lock()
+		idle := !q.running
+		q.mu.Unlock()
+		if idle {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the shared lane was not idle within 10s")
+		case <-time.After(time.Millisecond): // no signal tells of it
+		}
+	}
 	if err := s.Release(ctx, pool, second); err != nil {
 		t.Fatal(err)
 	}

@@ -20,38 +20,52 @@ import (
 // way) and acquires the same slot of max 1 at once, many times, from
 // several goroutines on their own keys: the store keeps one process's calls
 // in order, so the acquire always finds the slot free, on one Redis and on
-// the cluster.
+// the cluster, and with acknowledged grants (which go on a connection of
+// their own).
 func TestReleaseThenAcquireInOrder(t *testing.T) {
 	t.Parallel()
 	onEachBackend(t, func(t *testing.T, _ redis.UniversalClient, s *redisstore.Store) {
-		l, err := keycap.NewLimiter(s)
+		releaseThenAcquire(t, s)
+	})
+	t.Run("cluster-acks", func(t *testing.T) {
+		t.Parallel()
+		c := testenv.RedisCluster(t)
+		s, err := redisstore.New(c, redisstore.WithPrefix(testenv.Prefix(t, c)), redisstore.WithReplicaAcks(1, 5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		var wg sync.WaitGroup
-		errs := make(chan error, 8)
-		for g := range 8 {
-			wg.Go(func() {
-				lim := keycap.MustLimit("in-order", fmt.Sprint(g), 1)
-				for i := range 200 {
-					ls, err := l.Acquire(ctx, lim)
-					if err != nil {
-						errs <- fmt.Errorf("goroutine %d, acquire %d after a release: %w", g, i, err)
-						return
-					}
-					ls.Release()
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		releaseThenAcquire(t, s)
 	})
+}
+
+func releaseThenAcquire(t *testing.T, s *redisstore.Store) {
+	l, err := keycap.NewLimiter(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			lim := keycap.MustLimit("in-order", fmt.Sprint(g), 1)
+			for i := range 200 {
+				ls, err := l.Acquire(ctx, lim)
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, acquire %d after a release: %w", g, i, err)
+					return
+				}
+				ls.Release()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 // TestCloseFlushesReleases releases leases without waiting and closes the

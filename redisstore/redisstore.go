@@ -152,7 +152,8 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 // replicas confirmed in time is undone and reported as a store failure, so
 // the limit's fail mode applies. Grants to waiters (Queue) are acknowledged
 // the same way. It costs the replication latency on every grant
-// (BENCHMARKS.md has the figure). n at least 1; timeout positive.
+// (BENCHMARKS.md has the figure), and a release is waited for
+// (ReleaseAsync). n at least 1; timeout positive.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return Option{func(c *config) { c.acks, c.ackWait, c.acksSet = n, timeout, true }}
 }
@@ -393,7 +394,21 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 // lane); InspectPools, which reads on a pipeline of its own, may see the
 // slot held until done is called. Not sent once budget has passed (0: no
 // bound but the client's timeouts); done then has a deadline error.
+//
+// With WithReplicaAcks, grants go on a connection of their own (the acquire
+// and its WAIT), which no lane's order covers: ReleaseAsync then waits for
+// the release, within budget, and calls done before it returns.
 func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
+	if s.acks > 0 {
+		ctx, cancel := context.Background(), noCancel
+		if budget > 0 {
+			ctx, cancel = context.WithTimeout(ctx, budget)
+		}
+		err := s.Release(ctx, pool, owner)
+		cancel()
+		done(err)
+		return
+	}
 	c := s.newRelease(pool, owner)
 	o := &c.op
 	if budget > 0 {
