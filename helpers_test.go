@@ -22,6 +22,7 @@ type faultStore struct {
 	fail     atomic.Bool   // every call fails with errDown
 	block    atomic.Bool   // Acquire blocks until its context ends
 	lostPool atomic.Value  // keycap.PoolID whose renewals report Lost
+	failPool atomic.Value  // keycap.PoolID whose Acquire fails with errDown
 	acquires atomic.Int64  // Acquire calls
 	renews   atomic.Int64  // Renew calls
 	renewed  atomic.Int64  // leases in all Renew batches
@@ -42,7 +43,7 @@ func (f *faultStore) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owne
 		<-ctx.Done()
 		return false, ctx.Err()
 	}
-	if f.fail.Load() {
+	if fp, _ := f.failPool.Load().(keycap.PoolID); f.fail.Load() || fp == p {
 		return false, errDown
 	}
 	return f.Store.Acquire(ctx, p, o, max, ttl)

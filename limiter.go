@@ -382,8 +382,9 @@ func check(limits []Limit) (time.Duration, error) {
 func (l *Limiter) try(ctx context.Context, ls *Lease, now time.Duration) (*Limit, error) {
 	if l.observer != nil {
 		// An observer that panics on a store event (StoreRecovered,
-		// StoreFailed) must not leave the slots taken so far held: ls is
-		// not admitted, so nobody would release or renew them.
+		// StoreFailed), or a store that panics, must not leave the slots
+		// taken so far held: ls is not admitted, so nobody would release or
+		// renew them.
 		defer func() {
 			if r := recover(); r != nil {
 				l.undo(ls)
@@ -439,8 +440,8 @@ func (l *Limiter) undo(ls *Lease) {
 	for i := range ls.slots {
 		s := &ls.slots[i]
 		if s.held {
+			s.held = false // first: an observer that panics in releaseSlot leaves it released once
 			l.releaseSlot(ls.owner, s)
-			s.held = false
 		}
 	}
 }

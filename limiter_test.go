@@ -480,45 +480,57 @@ func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 	acquire(t, l2, b).Release()
 }
 
-// TestObserverPanicOnRecoveryFreesTheSlots: an observer that panics on
-// the StoreRecovered that an Acquire's answer sends must not leave the
-// slots that Acquire took held (it never returns their lease).
-func TestObserverPanicOnRecoveryFreesTheSlots(t *testing.T) {
+// TestObserverPanicOnAStoreEventFreesTheSlots: an observer that panics on
+// a store event that an Acquire's answer sends (StoreRecovered on its first
+// limit's, StoreFailed on its second's) must not leave the slots that
+// Acquire took held (it never returns their lease).
+func TestObserverPanicOnAStoreEventFreesTheSlots(t *testing.T) {
 	t.Parallel()
-	f := newFaultStore()
-	var recovered atomic.Int64
-	obs := keycap.ObserverFunc(func(e keycap.Event) {
-		if e.Kind == keycap.StoreRecovered {
-			recovered.Add(1)
-			panic("observer")
-		}
-	})
-	l, err := keycap.NewLimiter(f, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond), keycap.WithDefaultFailMode(keycap.FailClosed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	a, b := limit(t, "recover-a", "k", 1), limit(t, "recover-b", "k", 1)
-	f.fail.Store(true)
-	if _, err := l.Acquire(context.Background(), a, b); err == nil {
-		t.Fatal("Acquire on a failing store with FailClosed succeeded")
-	}
-	f.fail.Store(false)
-	time.Sleep(2 * time.Millisecond) // past WithRecoverAfter: the next answer ends the outage
-	func() {
-		defer func() {
-			if r := recover(); r != "observer" {
-				t.Fatalf("recovered %v, want the observer's panic", r)
+	for _, on := range []keycap.EventKind{keycap.StoreRecovered, keycap.StoreFailed} {
+		t.Run(on.String(), func(t *testing.T) {
+			t.Parallel()
+			f := newFaultStore()
+			var armed atomic.Bool
+			var seen atomic.Int64
+			obs := keycap.ObserverFunc(func(e keycap.Event) {
+				if e.Kind == on && armed.Load() {
+					seen.Add(1)
+					panic("observer")
+				}
+			})
+			l, err := keycap.NewLimiter(f, keycap.WithObserver(obs), keycap.WithRecoverAfter(time.Millisecond), keycap.WithDefaultFailMode(keycap.FailClosed))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-		ls, err := l.Acquire(context.Background(), a, b)
-		t.Fatalf("Acquire returned (%v, %v), want the observer's panic", ls, err)
-	}()
-	if n := recovered.Load(); n != 1 {
-		t.Fatalf("StoreRecovered reported %d times, want 1", n)
+			t.Cleanup(func() { _ = l.Close() })
+			a, b := limit(t, "event-a", "k", 1), limit(t, "event-b", "k", 1)
+			if on == keycap.StoreRecovered {
+				// An outage to recover from: its answer is a's.
+				f.fail.Store(true)
+				if _, err := l.Acquire(context.Background(), a, b); err == nil {
+					t.Fatal("Acquire on a failing store with FailClosed succeeded")
+				}
+				f.fail.Store(false)
+				time.Sleep(2 * time.Millisecond) // past WithRecoverAfter: the next answer ends the outage
+			} else {
+				f.failPool.Store(b.Pool()) // a is granted, then b fails
+			}
+			armed.Store(true)
+			var got any
+			func() {
+				defer func() { got = recover() }()
+				if ls, err := l.Acquire(context.Background(), a, b); err == nil {
+					ls.Release()
+				}
+			}()
+			if got != "observer" || seen.Load() != 1 {
+				t.Fatalf("recovered %v after %d %s events, want the observer's panic on one", got, seen.Load(), on)
+			}
+			f.failPool.Store(keycap.PoolID{})
+			other, _ := newLimiter(t, f.Store)
+			acquire(t, other, a, b).Release()
+		})
 	}
-	other, _ := newLimiter(t, f.Store)
-	acquire(t, other, a, b).Release()
 }
 
 func TestClose(t *testing.T) {
