@@ -99,7 +99,12 @@ type Event struct {
 
 // Observer receives the events of a Limiter and of the front doors built on
 // it. Observe is called synchronously on the goroutine that caused the
-// event, so it must be quick and safe for concurrent use.
+// event, so it must be quick and safe for concurrent use. That goroutine
+// is the caller's for the events of a call (a panic there goes back to the
+// caller, and the call's slots are released), and the Limiter's or the
+// store's own for what happens in the background (renewals, a lost lease,
+// the outcome of a release the caller did not wait for): a panic there
+// ends the process, as any goroutine's does.
 type Observer interface {
 	Observe(Event)
 }
