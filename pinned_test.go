@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 )
@@ -236,18 +237,14 @@ func TestDoPinnedFailures(t *testing.T) {
 	}
 	f.fail.Store(false)
 	other, _ := newLimiter(t, f.Store)
-	deadline := time.Now().Add(5 * time.Second) // the retry's first interval is 50 ms
-	for {
+	// No event tells of the retry's success; its first interval is 50 ms.
+	testkit.WaitUntil(t, 5*time.Second, "the failed release retried", func() bool {
 		ls, err := other.Acquire(context.Background(), lim)
 		if err == nil {
 			ls.Release()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the failed release was not retried within 5 s")
-		}
-		time.Sleep(10 * time.Millisecond) // no event tells of the retry's success
-	}
+		return err == nil
+	})
 }
 
 // TestDoPinnedObserverPanicOnRecovery: an observer that panics on the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/internal/testkit"
 )
 
 // KEYCAP_LANES sets the lanes of one Redis and of each cluster node, to
@@ -54,13 +55,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	defer cancel()
 	// New reads the ranges in the background: wait for them, then forget
 	// them, as just after New.
-	for s.slots.ranges.Load() == nil {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the slot ranges were not read within 10s")
-		case <-time.After(time.Millisecond): // no signal tells of them
-		}
-	}
+	testkit.WaitUntil(t, 10*time.Second, "the slot ranges", func() bool { return s.slots.ranges.Load() != nil })
 	ranges := s.slots.ranges.Load()
 	s.slots.ranges.Store(nil)
 	pool := keycap.NewPoolID("lane-kept", t.Name())
@@ -70,9 +65,12 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	}
 	// The shared lane is busy: what is queued in it waits, in order.
 	q := lane(s.queues.single, pool)
-	q.mu.Lock()
-	q.running = true
-	q.mu.Unlock()
+	locked := func(f func()) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		f()
+	}
+	locked(func() { q.running = true })
 	released := make(chan error, 1)
 	s.ReleaseAsync(pool, first, 0, func(err error) { released <- err })
 	s.slots.ranges.Store(ranges)
@@ -86,52 +84,30 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 		ok, err := s.Acquire(ctx, pool, second, 1, time.Minute)
 		acquired <- result{ok, err}
 	}()
-	queued := func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.ops) == 2
-	}
-	for !queued() {
+	testkit.WaitUntil(t, 10*time.Second, "the acquire queued behind the release", func() bool {
 		select {
 		case r := <-acquired:
 			t.Fatalf("the acquire did not wait behind the release: Acquire = %v, %v", r.ok, r.err)
-		case <-ctx.Done():
-			t.Fatal("the acquire was not queued within 10s")
-		case <-time.After(time.Millisecond): // no signal tells of an op queued
+		default:
 		}
-	}
+		n := 0
+		locked(func() { n = len(q.ops) })
+		return n == 2
+	})
 	go q.run() // the lane's sender: release, then acquire
-	select {
-	case err := <-released:
-		if err != nil {
-			t.Fatalf("release: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the release was not answered within 10s")
+	if err := testkit.Recv(t, released, 10*time.Second, "the release's answer"); err != nil {
+		t.Fatalf("release: %v", err)
 	}
-	select {
-	case r := <-acquired:
-		if !r.ok || r.err != nil {
-			t.Fatalf("Acquire after the release = %v, %v; want the slot", r.ok, r.err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the acquire was not answered within 10s")
+	if r := testkit.Recv(t, acquired, 10*time.Second, "the acquire's answer"); !r.ok || r.err != nil {
+		t.Fatalf("Acquire after the release = %v, %v; want the slot", r.ok, r.err)
 	}
 	// Once idle (the sender lets go of the lane after it answered), the
 	// pool's next call retires the shared lane and goes on its node's queue.
-	for {
-		q.mu.Lock()
-		idle := !q.running
-		q.mu.Unlock()
-		if idle {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the shared lane was not idle within 10s")
-		case <-time.After(time.Millisecond): // no signal tells of it
-		}
-	}
+	testkit.WaitUntil(t, 10*time.Second, "the shared lane idle", func() bool {
+		idle := false
+		locked(func() { idle = !q.running })
+		return idle
+	})
 	if err := s.Release(ctx, pool, second); err != nil {
 		t.Fatal(err)
 	}
