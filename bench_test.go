@@ -25,7 +25,7 @@ func BenchmarkLimiter(b *testing.B) {
 		}
 		limits := make([]keycap.Limit, keys)
 		for i := range limits {
-			limits[i] = keycap.MustLimit("bench", fmt.Sprint(i), 1<<20)
+			limits[i] = keycap.Spec{Name: "bench", Max: 1 << 20}.For(fmt.Sprint(i))
 		}
 		b.Run(fmt.Sprintf("serial/keys=%d", keys), func(b *testing.B) {
 			i := 0
@@ -59,10 +59,7 @@ func BenchmarkLimiter(b *testing.B) {
 			}
 			i := 0
 			for b.Loop() {
-				lim, err := keycap.NewLimit("bench", names[i%keys], 1<<20)
-				if err != nil {
-					b.Fatal(err)
-				}
+				lim := keycap.Spec{Name: "bench", Max: 1 << 20}.For(names[i%keys])
 				ls, err := l.Acquire(ctx, lim)
 				if err != nil {
 					b.Fatal(err)
@@ -83,11 +80,11 @@ func BenchmarkLimiterShared(b *testing.B) {
 	parent := keycap.MustParent("bench", 1<<20)
 	for _, tc := range []struct {
 		name string
-		opts []keycap.LimitOption
+		spec keycap.Spec
 	}{
-		{"plain", nil},
-		{"weight=2", []keycap.LimitOption{keycap.WithWeight(2)}},
-		{"parent", []keycap.LimitOption{keycap.WithParent(parent)}},
+		{"plain", keycap.Spec{Name: "bench", Max: 1 << 20}},
+		{"weight=2", keycap.Spec{Name: "bench", Max: 1 << 20, Weight: 2}},
+		{"parent", keycap.Spec{Name: "bench", Max: 1 << 20, Parent: parent}},
 	} {
 		for _, keys := range []int{1, 10000} {
 			l, err := keycap.NewLimiter(memstore.New())
@@ -96,7 +93,7 @@ func BenchmarkLimiterShared(b *testing.B) {
 			}
 			limits := make([]keycap.Limit, keys)
 			for i := range limits {
-				limits[i] = keycap.MustLimit("bench", fmt.Sprint(i), 1<<20, tc.opts...)
+				limits[i] = tc.spec.For(fmt.Sprint(i))
 			}
 			b.Run(fmt.Sprintf("%s/keys=%d", tc.name, keys), func(b *testing.B) {
 				i := 0
@@ -139,9 +136,9 @@ func BenchmarkSeeAndSteer(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	lim := keycap.MustLimit("bench", "k", 1<<20)
-	second := keycap.MustLimit("bench", "k2", 1<<20)
-	shadow := keycap.MustLimit("bench", "k", 1<<20, keycap.WithShadow())
+	lim := keycap.Spec{Name: "bench", Max: 1 << 20}.For("k")
+	second := keycap.Spec{Name: "bench", Max: 1 << 20}.For("k2")
+	shadow := keycap.Spec{Name: "bench", Max: 1 << 20, Shadow: true}.For("k")
 	op := func(l *keycap.Limiter, limits ...keycap.Limit) func(int) error {
 		return func(int) error {
 			ls, err := l.Acquire(ctx, limits...)

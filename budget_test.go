@@ -11,6 +11,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestDecisionBudgetBoundsAHungStore: a store that never answers costs a
@@ -27,8 +28,8 @@ func TestDecisionBudgetBoundsAHungStore(t *testing.T) {
 	}()
 	t.Cleanup(func() { close(fs.entered) })
 	l, rec := newLimiter(t, fs, keycap.WithDecisionBudget(100*time.Millisecond))
-	open := limit(t, "open", "k", 1)
-	closed := limit(t, "closed", "k", 1, keycap.WithFailMode(keycap.FailClosed), keycap.WithBudget(50*time.Millisecond))
+	open := limit(t, keycap.Spec{Name: "open", Max: 1}, "k")
+	closed := limit(t, keycap.Spec{Name: "closed", Max: 1, FailMode: keycap.FailClosed, Budget: 50 * time.Millisecond}, "k")
 
 	var wg sync.WaitGroup
 	for range 20 {
@@ -64,15 +65,15 @@ func TestDecisionBudgetBoundsAHungStore(t *testing.T) {
 	}
 }
 
-// TestDecisionBudgetSparesNonBlockingStores: memstore's calls get no deadline
+// TestDecisionBudgetSparesInProcessStores: memstore's calls get no deadline
 // (and cost none).
-func TestDecisionBudgetSparesNonBlockingStores(t *testing.T) {
+func TestDecisionBudgetSparesInProcessStores(t *testing.T) {
 	var s keycap.Store = memstore.New()
-	if _, ok := s.(keycap.NonBlocking); !ok {
+	if !s.Features().Has(store.InProcess) {
 		t.Fatal("memstore does not say it never blocks")
 	}
 	l, _ := newLimiter(t, s)
-	lim := limit(t, "m", "k", 1)
+	lim := limit(t, keycap.Spec{Name: "m", Max: 1}, "k")
 	acquire(t, l, lim).Release()
 	if allocs := testing.AllocsPerRun(100, func() {
 		ls, err := l.Acquire(context.Background(), lim)
@@ -92,18 +93,23 @@ type partitionedStore struct {
 	failB bool
 }
 
-func (p *partitionedStore) Partition(pool keycap.PoolID) string {
+func (p *partitionedStore) Partition(pool store.PoolID) string {
 	if pool[15]%2 == 0 {
 		return "a"
 	}
 	return "b"
 }
 
-func (p *partitionedStore) Acquire(ctx context.Context, pool keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	if p.failB && p.Partition(pool) == "b" {
-		return false, errDown
+// Features adds Partitions to the faultStore's.
+func (p *partitionedStore) Features() store.Features {
+	return p.faultStore.Features() | store.Partitions
+}
+
+func (p *partitionedStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	if p.failB && p.Partition(d.Pool) == "b" {
+		return store.Grant{}, errDown
 	}
-	return p.faultStore.Acquire(ctx, pool, o, max, ttl)
+	return p.faultStore.Acquire(ctx, d)
 }
 
 // TestOutagePerPartition: one failing node of a store is one outage, reported
@@ -115,7 +121,7 @@ func TestOutagePerPartition(t *testing.T) {
 	l, rec := newLimiter(t, ps, keycap.WithRecoverAfter(time.Hour))
 	var inA, inB []keycap.Limit
 	for i := 0; len(inA) < 50 || len(inB) < 50; i++ {
-		lim := limit(t, "p", string(rune('a'+i%26))+string(rune(i)), 5)
+		lim := limit(t, keycap.Spec{Name: "p", Max: 5}, string(rune('a'+i%26))+string(rune(i)))
 		if ps.Partition(lim.Pool()) == "a" {
 			inA = append(inA, lim)
 		} else {
@@ -145,7 +151,7 @@ func TestOutagePerPartition(t *testing.T) {
 func TestLostAfterClose(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New())
-	ls := acquire(t, l, limit(t, "c", "k", 1, keycap.WithTTL(100*time.Millisecond)))
+	ls := acquire(t, l, limit(t, keycap.Spec{Name: "c", Max: 1, TTL: 100 * time.Millisecond}, "k"))
 	_ = l.Close()
 	select {
 	case <-ls.Lost():
@@ -162,7 +168,7 @@ func TestFailedReleasesAreRetried(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
 	l, _ := newLimiter(t, fs)
-	lim := limit(t, "r", "k", 1, keycap.WithTTL(time.Hour))
+	lim := limit(t, keycap.Spec{Name: "r", Max: 1, TTL: time.Hour}, "k")
 	ls := acquire(t, l, lim)
 	fs.fail.Store(true)
 	ls.Release() // fails
@@ -196,7 +202,7 @@ func TestFastFailureIsNoBudgetOverrun(t *testing.T) {
 	}
 	defer l.Close()
 	for _, wait := range []time.Duration{0, time.Second} { // a try, and a wait in a line
-		lim := keycap.MustLimit("fast-failure", fmt.Sprint(wait), 1, keycap.WithFailMode(keycap.FailClosed), keycap.WithWait(wait))
+		lim := keycap.Spec{Name: "fast-failure", Max: 1, FailMode: keycap.FailClosed, Wait: wait}.For(fmt.Sprint(wait))
 		_, err := l.Acquire(context.Background(), lim)
 		var be *keycap.BudgetError
 		if !errors.Is(err, keycap.ErrStoreUnavailable) || errors.As(err, &be) || !errors.Is(err, errDown) {

@@ -1,20 +1,37 @@
 // Package keycap gives every user, tenant or API key a fair share of a
-// system: one key cannot hold more than N executions at once, whether they are
-// HTTP requests in flight, jobs running or connections open.
+// system: one key cannot hold more than N executions at once, whether they
+// are HTTP requests in flight, jobs running or connections open.
+//
+// A Spec says how many at once, and Spec.For makes the Limit of one key. A
+// Limiter takes slots from a Store:
+//
+//	limiter, err := keycap.NewLimiter(memstore.New()) // redisstore.New(client) across servers
+//	exports := keycap.Spec{Name: "exports", Max: 2}
+//
+//	err = limiter.Do(ctx, func(ctx context.Context) error {
+//		return runExport(ctx) // at most 2 at once per user
+//	}, exports.For(userID))
+//	if errors.Is(err, keycap.ErrLimitExceeded) {
+//		// the user already runs 2: answer 429, requeue the job, ...
+//	}
+//
+// Do holds the slot while its function runs. Acquire returns a Lease to
+// release later instead, for work that does not end when a function
+// returns; Limiter says which to use when. httplimit, joblimit (with
+// riverlimit and asynqlimit), conncap and pause apply the same limits to
+// HTTP handlers, job queues, connections and outbound calls.
 //
 // # The leased slot
 //
 // Everything rests on one primitive, a counting semaphore per pool whose
-// permits are leases. A pool is a limit name and a key ("exports" ×
-// "user:42"); a Limit says how many leases its pool may hold at once (Max),
-// how long a lease lives without renewal (TTL), how long Acquire may wait for
-// one (Wait) and what to do when the store cannot answer (FailMode).
+// permits are leases. A pool is a family, a limit name and a key ("exports"
+// × "user:42").
 //
-//   - Acquire grants a lease only if the pool holds fewer than Max unexpired
+//   - A lease is granted only if the pool holds fewer than Max unexpired
 //     leases, checked and added atomically by the store: a pool is never over
 //     its cap, not even by one under a burst.
-//   - Each lease has a random owner token. Release names it, so a late
-//     release cannot free a slot that someone else took after expiry.
+//   - Each lease has an owner token; releasing names it, so a late release
+//     cannot free a slot that someone else took after expiry.
 //   - While a lease is held, the Limiter renews it at about a third of its
 //     TTL, in one background loop batched per store round trip. TTLs can
 //     therefore be short: a crashed process frees its slots within one TTL,
@@ -24,28 +41,44 @@
 //   - Changing Max between deploys is safe: the cap is checked at acquire
 //     time against the leases held.
 //
-// Keys may be any bytes. Stores see only a PoolID, a 128-bit SHA-256 of the
-// name and the key.
+// Keys may be any bytes. Stores see only a 16-byte hash of the family, the
+// name and the key (store.PoolID).
+//
+// # Waiting, weights and shares
+//
+// A Spec with a Wait lets a caller wait for a slot: it takes a ticket in the
+// pool's line, on every server that shares the store, and a freed slot goes
+// to the oldest ticket. A Weight makes a lease take several slots; a Parent
+// is a total shared by many keys, split among the keys that wait by their
+// Share. Shadow limits decide and report without refusing, and overrides
+// (Limiter.SetOverride) change one key's limit at run time.
 //
 // # Stores
 //
-// A Store holds the leases. memstore keeps them in this process (the default,
-// nothing to install); redisstore keeps them in Redis, Redis Sentinel or
-// Redis Cluster, so caps hold across servers, at one round trip per
-// operation. storetest is the conformance suite every store passes.
+// A Store holds the leases. memstore keeps them in this process (nothing to
+// install); redisstore in Redis, Redis Sentinel or Redis Cluster; pgstore in
+// PostgreSQL; nullstore turns limits off. Each declares what it can do
+// beyond plain slots (store.Features): a call that needs what the store
+// lacks returns an error matching ErrNotSupported. Package store is what a
+// store implements; storetest is the suite every store passes.
 //
 // # Failures
 //
-// When the store fails, a limit fails open (the caller runs without a slot;
-// the default) or closed (Acquire returns an error matching
-// ErrStoreUnavailable). The failure is reported to the Observer once per
-// outage, as a StoreFailed event, and StoreRecovered follows the first
-// success. A context that the caller cancels is never a store failure.
+// Each store call has a time budget (WithDecisionBudget, Spec.Budget).
+// When the store fails or the budget runs out, a limit fails open (the
+// caller runs without a slot; the default) or closed (the error matches
+// ErrStoreUnavailable). The outage is reported to the Observer once, as a
+// StoreFailed event when it starts (per partition of a Redis Cluster), and
+// a StoreRecovered event once the store has answered without a failure for
+// the recover-after time (WithRecoverAfter). A context that the caller
+// cancels is never a store failure.
 //
 // # Events
 //
-// An Observer receives SlotAcquired, LimitExceeded, SlotReleased, LeaseLost,
-// StoreFailed and StoreRecovered. Acquired and released slots stay balanced,
-// panics included. NewSlogObserver logs them; the front doors' packages offer
-// Prometheus metrics as another observer.
+// An Observer receives the events of a Limiter and of the front doors built
+// on it: slots acquired, refused, released and lost, ghosts dropped, store
+// failures and recoveries, and outbound throttling (EventKind lists them).
+// Acquired and released slots stay balanced, panics included.
+// NewSlogObserver logs them; promobserver and otelobserver export them as
+// metrics.
 package keycap

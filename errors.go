@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/keycap/keycap/store"
 )
 
 var (
@@ -22,6 +24,12 @@ var (
 
 	// ErrClosed is returned by Acquire on a Limiter that was closed.
 	ErrClosed = errors.New("keycap: limiter closed")
+
+	// ErrNotSupported matches the error of a call that needs what the
+	// store does not do: a weight or a parent on a store without shares,
+	// an inspection or an override on a store that keeps none. Its details
+	// are in a *store.NotSupportedError, which names the feature.
+	ErrNotSupported = store.ErrNotSupported
 )
 
 // LimitError reports the limit that refused a slot, and how long Acquire
@@ -30,7 +38,7 @@ type LimitError struct {
 	Limit  Limit
 	Waited time.Duration
 	// Parked: the caller keeps its ticket in the limit's line
-	// (Limiter.AcquireOrPark); its Parking.Wake is called when a slot is
+	// (frontdoor.AcquireOrPark); its Parking.Wake is called when a slot is
 	// handed to it.
 	Parked bool
 }
@@ -65,7 +73,7 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // InvalidLimitError names the field of a limit, or of a setting built on one,
 // whose value is not allowed. It matches ErrInvalidLimit.
 type InvalidLimitError struct {
-	Field  string // the field, as the caller named it: "max", "ttl", ...
+	Field  string // the field: a Spec's Go name ("Max", "TTL", ...), or a setting's words
 	Value  string // the value given, formatted
 	Reason string // what the value must be
 }
@@ -76,3 +84,19 @@ func (e *InvalidLimitError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidLimit) true.
 func (e *InvalidLimitError) Is(target error) bool { return target == ErrInvalidLimit }
+
+// BudgetError is a store call that did not answer within its decision
+// budget. The Limiter counts it as a store failure: it is reported as one,
+// the limit's fail mode applies, and a fail-closed limit's *StoreError wraps
+// it.
+type BudgetError struct {
+	Budget time.Duration
+	Err    error // what the store returned when its deadline passed
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("keycap: the store did not answer within the decision budget of %s: %v", e.Budget, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *BudgetError) Unwrap() error { return e.Err }

@@ -8,16 +8,17 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // A limit that waits: a second render of the same document queues behind the
 // first for up to 5 s instead of being refused. It takes a place in the
 // pool's line and is handed the slot the moment it is released, on any
 // server sharing the store.
-func ExampleWithWait() {
+func ExampleSpec_wait() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
-	render := keycap.MustLimit("render", "doc:9", 1, keycap.WithWait(5*time.Second))
+	render := keycap.Spec{Name: "render", Max: 1, Wait: 5 * time.Second}.For("doc:9")
 	ctx := context.Background()
 
 	first, _ := limiter.Acquire(ctx, render)
@@ -43,7 +44,7 @@ func ExampleObserverFunc() {
 	})
 	limiter, _ := keycap.NewLimiter(memstore.New(), keycap.WithObserver(observe))
 	defer limiter.Close()
-	search := keycap.MustLimit("search", "user:42", 1)
+	search := keycap.Spec{Name: "search", Max: 1}.For("user:42")
 	ctx := context.Background()
 
 	_ = limiter.Do(ctx, func(ctx context.Context) error {
@@ -56,20 +57,27 @@ func ExampleObserverFunc() {
 	// slot released search
 }
 
-// downStore is a store that cannot answer, as during a network outage.
-type downStore struct{ keycap.Store }
+// downStore is a store that cannot answer, as during a network outage. It
+// declares no feature (store.Unsupported).
+type downStore struct{ store.Unsupported }
 
-func (downStore) Acquire(context.Context, keycap.PoolID, keycap.Owner, int, time.Duration) (bool, error) {
-	return false, errors.New("connection refused")
+var errRefused = errors.New("connection refused")
+
+func (downStore) Acquire(context.Context, store.Demand) (store.Grant, error) {
+	return store.Grant{}, errRefused
 }
+
+func (downStore) Release(context.Context, store.Demand, bool) (bool, error) { return false, errRefused }
+
+func (downStore) Renew(context.Context, []store.Renewal) error { return errRefused }
 
 // When the store cannot answer, a limit fails open by default: the caller runs
 // without a slot, and the lease says so. A limit that must never be exceeded
 // fails closed instead, and Acquire returns an error matching
 // ErrStoreUnavailable. The outage is reported to the Observer once.
-func ExampleWithFailMode() {
+func ExampleFailMode() {
 	outages := 0
-	limiter, _ := keycap.NewLimiter(downStore{memstore.New()}, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
+	limiter, _ := keycap.NewLimiter(downStore{}, keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
 		if e.Kind == keycap.StoreFailed {
 			outages++
 		}
@@ -77,11 +85,11 @@ func ExampleWithFailMode() {
 	defer limiter.Close()
 	ctx := context.Background()
 
-	lease, err := limiter.Acquire(ctx, keycap.MustLimit("search", "user:42", 2))
+	lease, err := limiter.Acquire(ctx, keycap.Spec{Name: "search", Max: 2}.For("user:42"))
 	fmt.Println("fail open:", err, "guarded:", lease.Guarded())
 	lease.Release()
 
-	billing := keycap.MustLimit("billing", "user:42", 1, keycap.WithFailMode(keycap.FailClosed))
+	billing := keycap.Spec{Name: "billing", Max: 1, FailMode: keycap.FailClosed}.For("user:42")
 	_, err = limiter.Acquire(ctx, billing)
 	fmt.Println("fail closed:", errors.Is(err, keycap.ErrStoreUnavailable))
 	fmt.Println("outages reported:", outages)
@@ -91,49 +99,15 @@ func ExampleWithFailMode() {
 	// outages reported: 1
 }
 
-// A caller that cannot wait in place (a job going back to its queue) parks:
-// its place in the line is kept, and it is woken when a slot is handed to
-// it; its next attempt, with the same owner, claims the slot.
-func ExampleLimiter_AcquireOrPark() {
-	limiter, _ := keycap.NewLimiter(memstore.New())
-	defer limiter.Close()
-	limit := keycap.MustLimit("export", "customer:7", 1)
-	ctx := context.Background()
-
-	running, _ := limiter.Acquire(ctx, limit) // another job holds the slot
-
-	woken := make(chan struct{}, 1)
-	parking := keycap.Parking{
-		Owner: keycap.OwnerFor("job 42"), // the same on each attempt
-		For:   time.Minute,               // the job's fallback delay
-		Claim: 10 * time.Second,          // time to come back once woken
-		Wake:  func() { woken <- struct{}{} },
-	}
-	_, err := limiter.AcquireOrPark(ctx, parking, limit)
-	var le *keycap.LimitError
-	fmt.Println("parked:", errors.As(err, &le) && le.Parked)
-
-	running.Release() // the slot goes to the parked job's ticket
-	<-woken
-	fmt.Println("woken")
-	lease, err := limiter.AcquireOrPark(ctx, parking, limit)
-	fmt.Println("claimed the slot:", err == nil)
-	lease.Release()
-	// Output:
-	// parked: true
-	// woken
-	// claimed the slot: true
-}
-
 // A total shared by tenants: at most 4 exports at once in all, at most 3 per
 // tenant. A tenant alone borrows up to its own 3; a second tenant gets the
 // fourth slot, and then the parent is full for everyone.
-func ExampleWithParent() {
+func ExampleParent() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
 	exports := keycap.MustParent("exports", 4)
 	tenant := func(id string) keycap.Limit {
-		return keycap.MustLimit("exports", "tenant:"+id, 3, keycap.WithParent(exports))
+		return keycap.Spec{Name: "exports", Max: 3, Parent: exports}.For("tenant:" + id)
 	}
 	ctx := context.Background()
 	for _, id := range []string{"acme", "acme", "acme", "acme", "globex", "globex"} {
@@ -156,11 +130,11 @@ func ExampleWithParent() {
 
 // A call that costs more: a full export takes 3 of the tenant's 4 slots, a
 // read 1, in the same pool.
-func ExampleWithWeight() {
+func ExampleSpec_weight() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
-	full := keycap.MustLimit("api", "tenant:acme", 4, keycap.WithWeight(3))
-	read := keycap.MustLimit("api", "tenant:acme", 4)
+	full := keycap.Spec{Name: "api", Max: 4, Weight: 3}.For("tenant:acme")
+	read := keycap.Spec{Name: "api", Max: 4}.For("tenant:acme")
 	ctx := context.Background()
 	export, _ := limiter.Acquire(ctx, full)
 	defer export.Release()
@@ -174,7 +148,7 @@ func ExampleWithWeight() {
 // refuse the second request, which the current cap of 3 lets through. The
 // refusal is reported (and counted by promobserver with shadow="true"); the
 // caller never sees it.
-func ExampleWithShadow() {
+func ExampleSpec_shadow() {
 	var wouldRefuse int
 	limiter, _ := keycap.NewLimiter(memstore.New(), keycap.WithObserver(keycap.ObserverFunc(func(e keycap.Event) {
 		if e.Kind == keycap.LimitExceeded && e.Limit.Shadow() {
@@ -182,8 +156,8 @@ func ExampleWithShadow() {
 		}
 	})))
 	defer limiter.Close()
-	current := keycap.MustLimit("exports", "team:7", 3)
-	candidate := keycap.MustLimit("exports", "team:7", 1, keycap.WithShadow())
+	current := keycap.Spec{Name: "exports", Max: 3}.For("team:7")
+	candidate := keycap.Spec{Name: "exports", Max: 1, Shadow: true}.For("team:7")
 	ctx := context.Background()
 	a, _ := limiter.Acquire(ctx, current, candidate)
 	b, err := limiter.Acquire(ctx, current, candidate)
@@ -200,7 +174,7 @@ func ExampleLimiter_SetOverride() {
 	limiter, _ := keycap.NewLimiter(store, keycap.WithOverrides(time.Second))
 	defer limiter.Close()
 	ctx := context.Background()
-	exports := keycap.MustLimit("exports", "team:7", 1)
+	exports := keycap.Spec{Name: "exports", Max: 1}.For("team:7")
 
 	_ = limiter.SetOverride(ctx, keycap.Override{Name: "exports", Key: "team:7", Max: 5, TTL: time.Hour})
 	fmt.Println("max now:", limiter.Overridden(exports).Max())
@@ -219,7 +193,7 @@ func ExampleLimiter_Inspect() {
 		keycap.WithInspection(keycap.InspectOptions{ShowKeys: true}))
 	defer limiter.Close()
 	ctx := keycap.WithLabel(context.Background(), "req-42")
-	lease, _ := limiter.Acquire(ctx, keycap.MustLimit("exports", "team:7", 3))
+	lease, _ := limiter.Acquire(ctx, keycap.Spec{Name: "exports", Max: 3}.For("team:7"))
 	defer lease.Release()
 
 	report, _ := limiter.Inspect(context.Background(), keycap.Inspection{Name: "exports"})

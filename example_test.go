@@ -18,10 +18,11 @@ func Example() {
 	defer limiter.Close()
 
 	// At most 2 exports at once per user.
-	exports, err := keycap.NewLimit("exports", "user:42", 2)
-	if err != nil {
+	spec := keycap.Spec{Name: "exports", Max: 2}
+	if err := spec.Validate(); err != nil {
 		panic(err)
 	}
+	exports := spec.For("user:42")
 	ctx := context.Background()
 	first, _ := limiter.Acquire(ctx, exports)
 	second, _ := limiter.Acquire(ctx, exports)
@@ -48,8 +49,8 @@ func ExampleLimiter_Acquire_severalLimits() {
 
 	// Every limit must grant: 1 report at once per user, 3 per team. When one
 	// refuses, the slots already taken are given back.
-	user := keycap.MustLimit("reports", "user:7", 1)
-	team := keycap.MustLimit("reports", "team:3", 3, keycap.WithWait(2*time.Second))
+	user := keycap.Spec{Name: "reports", Max: 1}.For("user:7")
+	team := keycap.Spec{Name: "reports", Max: 3, Wait: 2 * time.Second}.For("team:3")
 
 	lease, err := limiter.Acquire(context.Background(), user, team)
 	if err != nil {
@@ -65,7 +66,7 @@ func ExampleLimiter_Do() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
 
-	limit := keycap.MustLimit("sync", "tenant:9", 1, keycap.WithFailMode(keycap.FailClosed))
+	limit := keycap.Spec{Name: "sync", Max: 1, FailMode: keycap.FailClosed}.For("tenant:9")
 	err := limiter.Do(context.Background(), func(ctx context.Context) error {
 		fmt.Println("syncing tenant 9") // the slot is released when this returns or panics
 		return nil

@@ -10,7 +10,7 @@ import "fmt"
 type Family uint8
 
 const (
-	// FamilyApp holds the limits an application builds with NewLimit, and
+	// FamilyApp holds the limits an application builds with Spec.For, and
 	// httplimit's: a limit of the same name and key shares their pools.
 	FamilyApp Family = iota
 	// FamilyJob holds joblimit's job pools.
@@ -19,7 +19,8 @@ const (
 	FamilyConn
 	// FamilyPause holds pause's per-API pauses and paces.
 	FamilyPause
-	// familyInternal holds the engine's own records: marks, node identities.
+	// familyInternal holds the engine's own records: marks, node
+	// identities (store.Internal).
 	familyInternal
 )
 

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
@@ -18,11 +18,11 @@ func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 // faultStore wraps a real store and can make it fail, block or lose leases,
 // and counts the calls that reach it.
 type faultStore struct {
-	keycap.Store
+	store.Store
 	fail     atomic.Bool   // every call fails with errDown
 	block    atomic.Bool   // Acquire blocks until its context ends
-	lostPool atomic.Value  // keycap.PoolID whose renewals report Lost
-	failPool atomic.Value  // keycap.PoolID whose Acquire fails with errDown
+	lostPool atomic.Value  // store.PoolID whose renewals report Lost
+	failPool atomic.Value  // store.PoolID whose Acquire fails with errDown
 	acquires atomic.Int64  // Acquire calls
 	renews   atomic.Int64  // Renew calls
 	renewed  atomic.Int64  // leases in all Renew batches
@@ -36,27 +36,31 @@ func newFaultStore() *faultStore {
 	return &faultStore{Store: memstore.New(), entered: make(chan struct{}, 100)}
 }
 
-func (f *faultStore) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+// Features declares none: the store is plain, and not in the process, so
+// that the decision budget applies to its calls (block).
+func (f *faultStore) Features() store.Features { return 0 }
+
+func (f *faultStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
 	f.acquires.Add(1)
 	if f.block.Load() {
 		f.entered <- struct{}{}
 		<-ctx.Done()
-		return false, ctx.Err()
+		return store.Grant{}, ctx.Err()
 	}
-	if fp, _ := f.failPool.Load().(keycap.PoolID); f.fail.Load() || fp == p {
+	if fp, _ := f.failPool.Load().(store.PoolID); f.fail.Load() || fp == d.Pool {
+		return store.Grant{}, errDown
+	}
+	return f.Store.Acquire(ctx, d)
+}
+
+func (f *faultStore) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+	if f.fail.Load() {
 		return false, errDown
 	}
-	return f.Store.Acquire(ctx, p, o, max, ttl)
+	return f.Store.Release(ctx, d, leave)
 }
 
-func (f *faultStore) Release(ctx context.Context, p keycap.PoolID, o keycap.Owner) error {
-	if f.fail.Load() {
-		return errDown
-	}
-	return f.Store.Release(ctx, p, o)
-}
-
-func (f *faultStore) Renew(ctx context.Context, batch []keycap.Renewal) error {
+func (f *faultStore) Renew(ctx context.Context, batch []store.Renewal) error {
 	f.renews.Add(1)
 	f.renewed.Add(int64(len(batch)))
 	if f.batches != nil {
@@ -68,7 +72,7 @@ func (f *faultStore) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	if err := f.Store.Renew(ctx, batch); err != nil {
 		return err
 	}
-	if lp, ok := f.lostPool.Load().(keycap.PoolID); ok {
+	if lp, ok := f.lostPool.Load().(store.PoolID); ok {
 		for i := range batch {
 			if batch[i].Pool == lp {
 				batch[i].Lost = true
@@ -77,6 +81,12 @@ func (f *faultStore) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	}
 	return nil
 }
+
+// plainStore declares no feature: of the store it wraps, it serves plain
+// slots only (Acquire, Release, Renew).
+type plainStore struct{ store.Store }
+
+func (plainStore) Features() store.Features { return 0 }
 
 // last returns the last event of kind k.
 func last(r *keycaptest.Recorder, k keycap.EventKind) (keycap.Event, bool) {
@@ -100,13 +110,13 @@ func newLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) (*keycap.Li
 	return l, rec
 }
 
-func limit(t *testing.T, name, key string, max int, opts ...keycap.LimitOption) keycap.Limit {
+// limit returns s's limit of key, failing t if s is invalid.
+func limit(t *testing.T, s keycap.Spec, key string) keycap.Limit {
 	t.Helper()
-	l, err := keycap.NewLimit(name, key, max, opts...)
-	if err != nil {
+	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return s.For(key)
 }
 
 func acquire(t *testing.T, l *keycap.Limiter, limits ...keycap.Limit) *keycap.Lease {

@@ -8,26 +8,28 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestPoolsOfANameShareItsTag: every pool of a name starts with the name's
 // tag, and the rest of the ID still tells keys, names and families apart.
 func TestPoolsOfANameShareItsTag(t *testing.T) {
 	t.Parallel()
-	tag := keycap.TagOf(keycap.FamilyApp, "api")
-	seen := map[keycap.PoolID]bool{}
+	tag := store.TagOf(byte(keycap.FamilyApp), "api")
+	seen := map[store.PoolID]bool{}
 	for _, key := range []string{"", "a", "b", "alice@example.com"} {
-		p := keycap.NewPoolID("api", key)
+		p := store.PoolOf(0, "api", key)
 		if p.Tag() != tag || seen[p] {
 			t.Fatalf("pool of key %q: tag %s (want %s), seen before %v", key, p.Tag(), tag, seen[p])
 		}
 		seen[p] = true
 	}
-	if keycap.TagOf(keycap.FamilyJob, "api") == tag || keycap.TagOf(keycap.FamilyApp, "apj") == tag {
+	if store.TagOf(byte(keycap.FamilyJob), "api") == tag || store.TagOf(byte(keycap.FamilyApp), "apj") == tag {
 		t.Fatal("another family or name has the same tag")
 	}
-	if l := keycap.MustLimit("api", "k", 1, keycap.WithShadow()); l.Tag() == tag || l.Pool() == keycap.NewPoolID("api", "k") {
+	if l := (keycap.Spec{Name: "api", Max: 1, Shadow: true}).For("k"); l.Pool().Tag() == tag || l.Pool() == store.PoolOf(0, "api", "k") {
 		t.Fatal("a shadow limit counts in the enforced limit's pools")
 	}
 }
@@ -39,24 +41,25 @@ func TestOwnersCarryTheirNodeAndTime(t *testing.T) {
 	s := memstore.New()
 	l, _ := newLimiter(t, s, keycap.WithNode("stamp-node"))
 	before := time.Now().Add(-3 * time.Millisecond) // stamps read the coarse clock: a ms or two off
-	ls := acquire(t, l, limit(t, "stamp", "k", 1))
+	ls := acquire(t, l, limit(t, keycap.Spec{Name: "stamp", Max: 1}, "k"))
 	defer ls.Release()
-	page, err := s.InspectPools(context.Background(), keycap.PageQuery{Tag: keycap.TagOf(keycap.FamilyApp, "stamp")})
+	page, err := s.InspectPools(context.Background(), store.PageQuery{Tag: store.TagOf(byte(keycap.FamilyApp), "stamp")})
 	if err != nil || len(page.Pools) != 1 || len(page.Pools[0].Holders) != 1 {
 		t.Fatalf("InspectPools: %+v, %v", page, err)
 	}
-	node, at, ok := page.Pools[0].Holders[0].Owner.Stamp()
-	if !ok || node != keycap.NodeTag("stamp-node") || at.Before(before.Truncate(time.Millisecond)) || at.After(time.Now().Add(3*time.Millisecond)) {
-		t.Fatalf("stamp: node %s (want %s), at %s (want about now), ok %v", node, keycap.NodeTag("stamp-node"), at, ok)
+	node, at, ok := keycap.Stamp(page.Pools[0].Holders[0].Owner)
+	nodeTag := store.TagOf(store.Internal, "node:stamp-node")
+	if !ok || node != nodeTag || at.Before(before.Truncate(time.Millisecond)) || at.After(time.Now().Add(3*time.Millisecond)) {
+		t.Fatalf("stamp: node %s (want %s), at %s (want about now), ok %v", node, nodeTag, at, ok)
 	}
 	// Many leases at once: never two equal owners.
-	big := limit(t, "stamp-many", "k", 10000)
-	owners := map[keycap.Owner]bool{}
+	big := limit(t, keycap.Spec{Name: "stamp-many", Max: 10000}, "k")
+	owners := map[store.Owner]bool{}
 	var leases []*keycap.Lease
 	for range 2000 {
 		leases = append(leases, acquire(t, l, big))
 	}
-	page, err = s.InspectPools(context.Background(), keycap.PageQuery{Tag: big.Tag()})
+	page, err = s.InspectPools(context.Background(), store.PageQuery{Tag: big.Pool().Tag()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +98,7 @@ func TestContextObserverGetsTheCallersContext(t *testing.T) {
 	}
 	defer l.Close()
 	ctx := context.WithValue(context.Background(), ctxKey{}, "the caller")
-	lim := limit(t, "ctx", "k", 1)
+	lim := limit(t, keycap.Spec{Name: "ctx", Max: 1}, "k")
 	ls, err := l.Acquire(ctx, lim)
 	if err != nil {
 		t.Fatal(err)
@@ -118,14 +121,14 @@ func TestShadowNeverRefusesNorFails(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
 	l, rec := newLimiter(t, fs, keycap.WithDefaultFailMode(keycap.FailClosed))
-	zero := limit(t, "shadow-zero", "k", 0, keycap.WithShadow())
+	zero := limit(t, keycap.Spec{Name: "shadow-zero", Max: 0, Shadow: true}, "k")
 	ls := acquire(t, l, zero)
 	ls.Release()
 	if e, ok := last(rec, keycap.LimitExceeded); !ok || !e.Limit.Shadow() {
 		t.Fatalf("max 0 shadow: no shadow refusal reported (%+v)", e)
 	}
 	fs.fail.Store(true)
-	ls = acquire(t, l, limit(t, "shadow-down", "k", 5, keycap.WithShadow(), keycap.WithFailMode(keycap.FailClosed)))
+	ls = acquire(t, l, limit(t, keycap.Spec{Name: "shadow-down", Max: 5, Shadow: true, FailMode: keycap.FailClosed}, "k"))
 	ls.Release()
 	if _, ok := last(rec, keycap.StoreFailed); !ok {
 		t.Fatal("the shadow limit's store failure was not reported")
@@ -142,23 +145,23 @@ func TestOverrideRules(t *testing.T) {
 	s := memstore.New()
 	l, _ := newLimiter(t, s, keycap.WithOverrides(time.Hour)) // loads at start and on each set
 	parent := keycap.MustParent("override-parent", 4)
-	kid := limit(t, "override-kid", "k", 2, keycap.WithParent(parent), keycap.WithShare(1))
+	kid := limit(t, keycap.Spec{Name: "override-kid", Max: 2, Parent: parent, Share: 1}, "k")
 	if err := l.SetOverride(context.Background(), keycap.Override{Name: "override-kid", Key: "k", Max: 100, Share: 3}); err != nil {
 		t.Fatal(err)
 	}
 	got := l.Overridden(kid)
-	if got.Max() != 4 || got.Share() != 3 {
-		t.Fatalf("overridden kid: max %d share %d, want 4 (its parent's) and 3", got.Max(), got.Share())
+	if got.Max() != 4 || got.Spec().Share != 3 {
+		t.Fatalf("overridden kid: max %d share %d, want 4 (its parent's) and 3", got.Max(), got.Spec().Share)
 	}
 	if err := l.SetOverride(context.Background(), keycap.Override{Name: "override-kid", Key: "k", Max: keycap.KeepMax, Share: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Overridden(kid); got.Max() != 2 || got.Share() != 2 {
-		t.Fatalf("share only: max %d share %d, want 2 and 2", got.Max(), got.Share())
+	if got := l.Overridden(kid); got.Max() != 2 || got.Spec().Share != 2 {
+		t.Fatalf("share only: max %d share %d, want 2 and 2", got.Max(), got.Spec().Share)
 	}
 	plain, _ := newLimiter(t, s)
-	if got := plain.Overridden(kid); got.Max() != 2 || got.Share() != 1 {
-		t.Fatalf("a Limiter without WithOverrides applies one: max %d share %d", got.Max(), got.Share())
+	if got := plain.Overridden(kid); got.Max() != 2 || got.Spec().Share != 1 {
+		t.Fatalf("a Limiter without WithOverrides applies one: max %d share %d", got.Max(), got.Spec().Share)
 	}
 	for _, bad := range []keycap.Override{
 		{Key: "k", Max: 1},
@@ -172,14 +175,14 @@ func TestOverrideRules(t *testing.T) {
 			t.Fatalf("override %+v: %v, want an *InvalidLimitError", bad, err)
 		}
 	}
-	if _, err := keycap.NewLimiter(newFaultStore(), keycap.WithOverrides(0)); !errors.Is(err, keycap.ErrNoOverrider) {
+	if _, err := keycap.NewLimiter(newFaultStore(), keycap.WithOverrides(0)); !errors.Is(err, keycap.ErrNotSupported) {
 		t.Fatalf("WithOverrides on a store without overrides: %v", err)
 	}
 	if _, err := plain.Inspect(context.Background(), keycap.Inspection{}); err == nil {
 		t.Fatal("Inspect of an empty name was accepted")
 	}
 	np, _ := newLimiter(t, newFaultStore())
-	if _, err := np.Inspect(context.Background(), keycap.Inspection{Name: "x"}); !errors.Is(err, keycap.ErrNoInspector) {
+	if _, err := np.Inspect(context.Background(), keycap.Inspection{Name: "x"}); !errors.Is(err, keycap.ErrNotSupported) {
 		t.Fatalf("Inspect on a store that cannot: %v", err)
 	}
 }
@@ -191,11 +194,13 @@ func TestShadowUnderAParentTakesNoEnforcedSlot(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New())
 	parent := keycap.MustParent("shadow-parent", 2)
-	enforced := func(key string) keycap.Limit { return limit(t, "shadow-kid", key, 2, keycap.WithParent(parent)) }
-	candidate := limit(t, "shadow-kid", "a", 1, keycap.WithParent(parent), keycap.WithShadow())
+	enforced := func(key string) keycap.Limit {
+		return limit(t, keycap.Spec{Name: "shadow-kid", Max: 2, Parent: parent}, key)
+	}
+	candidate := limit(t, keycap.Spec{Name: "shadow-kid", Max: 1, Parent: parent, Shadow: true}, "a")
 	a := acquire(t, l, enforced("a"), candidate)
 	defer a.Release()
-	b := acquire(t, l, enforced("b"), limit(t, "shadow-kid", "b", 1, keycap.WithParent(parent), keycap.WithShadow()))
+	b := acquire(t, l, enforced("b"), limit(t, keycap.Spec{Name: "shadow-kid", Max: 1, Parent: parent, Shadow: true}, "b"))
 	defer b.Release()
 	// The parent's 2 slots are taken by the two enforced leases alone.
 	refused(t, l, enforced("c"), enforced("c"))
@@ -207,7 +212,7 @@ func TestShadowUnderAParentTakesNoEnforcedSlot(t *testing.T) {
 func TestOverrideBelowTheWeightRefusesAtOnce(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New(), keycap.WithOverrides(time.Hour))
-	heavy := limit(t, "override-heavy", "k", 5, keycap.WithWeight(3), keycap.WithWait(5*time.Second))
+	heavy := limit(t, keycap.Spec{Name: "override-heavy", Max: 5, Weight: 3, Wait: 5 * time.Second}, "k")
 	if err := l.SetOverride(context.Background(), keycap.Override{Name: "override-heavy", Key: "k", Max: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,12 +237,12 @@ func TestShadowLeaseReleasedWhenAnObserverPanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	shadow := limit(t, "panic-shadow", "k", 5, keycap.WithShadow())
+	shadow := limit(t, keycap.Spec{Name: "panic-shadow", Max: 5, Shadow: true}, "k")
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = l.Acquire(context.Background(), limit(t, "panic-shadow", "k", 5), shadow)
+		_, _ = l.Acquire(context.Background(), limit(t, keycap.Spec{Name: "panic-shadow", Max: 5}, "k"), shadow)
 	}()
-	page, err := s.InspectPools(context.Background(), keycap.PageQuery{Tag: shadow.Tag()})
+	page, err := s.InspectPools(context.Background(), store.PageQuery{Tag: shadow.Pool().Tag()})
 	if err != nil || len(page.Pools) != 0 {
 		t.Fatalf("shadow pools after the panic: %+v, %v; want none held", page.Pools, err)
 	}
@@ -250,18 +255,18 @@ func TestNodeAndOwnerTokensKeepTheirRandomness(t *testing.T) {
 	t.Parallel()
 	seen := map[[4]byte]bool{}
 	for i := range 64 {
-		id := keycap.NewNodeID(fmt.Sprint("node-", i))
+		id := store.NodeOf(fmt.Sprint("node-", i))
 		seen[[4]byte(id[:4])] = true
 	}
 	if len(seen) < 60 {
 		t.Fatalf("64 node IDs have %d distinct first halves", len(seen))
 	}
-	a, b := keycap.NodeOwner(keycap.NewNodeID("n"), "x"), keycap.NodeOwner(keycap.NewNodeID("n"), "y")
+	a, b := store.MemberOf(store.NodeOf("n"), "x"), store.MemberOf(store.NodeOf("n"), "y")
 	if [4]byte(a[8:12]) == [4]byte(b[8:12]) {
 		t.Fatal("two members' owners share their first four hash bytes")
 	}
 	for i := range 2000 {
-		if _, _, ok := keycap.OwnerFor(fmt.Sprint("job-", i)).Stamp(); ok {
+		if _, _, ok := keycap.Stamp(frontdoor.OwnerFor(fmt.Sprint("job-", i))); ok {
 			t.Fatalf("OwnerFor(job-%d) reads as a stamped owner", i)
 		}
 	}
@@ -274,10 +279,10 @@ func TestRefusalRateIsPerLimit(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New(), keycap.WithInspection(keycap.InspectOptions{Refusals: 8}))
 	for range 50 {
-		_, _ = l.Acquire(context.Background(), limit(t, "rate-a", "k", 0))
+		_, _ = l.Acquire(context.Background(), limit(t, keycap.Spec{Name: "rate-a", Max: 0}, "k"))
 	}
 	for range 300 {
-		_, _ = l.Acquire(context.Background(), limit(t, "rate-b", "k", 0))
+		_, _ = l.Acquire(context.Background(), limit(t, keycap.Spec{Name: "rate-b", Max: 0}, "k"))
 	}
 	r, err := l.Inspect(context.Background(), keycap.Inspection{Name: "rate-a"})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keycap/keycap/store"
 )
 
 // keeper renews a Limiter's held leases: one goroutine for all of them, which
@@ -25,7 +27,7 @@ type keeper struct {
 	done    chan struct{}
 
 	work  []renewRef // reused by the loop
-	batch []Renewal
+	batch []store.Renewal
 }
 
 // keeperShards spreads the set of held leases over several locks, so that
@@ -216,7 +218,7 @@ func (k *keeper) collect(now time.Duration) time.Duration {
 				s := &ls.slots[j]
 				switch {
 				case !s.held || s.lost || ls.released:
-				case s.renewAt-s.limit.ttl/12 <= now:
+				case s.renewAt-s.limit.spec.TTL/12 <= now:
 					k.work = append(k.work, renewRef{ls, j})
 					ls.pins++ // not reused until renew is done with it
 				default:
@@ -233,7 +235,7 @@ func (k *keeper) collect(now time.Duration) time.Duration {
 // answeredIn adds pool to the pools whose partitions answered a renewal,
 // while an outage is under way (otherwise there is nothing to end), one pool
 // per partition.
-func (l *Limiter) answeredIn(pools []PoolID, pool PoolID) []PoolID {
+func (l *Limiter) answeredIn(pools []store.PoolID, pool store.PoolID) []store.PoolID {
 	if !l.outages.any() {
 		return pools
 	}
@@ -252,27 +254,27 @@ func (k *keeper) renew() {
 	k.batch = k.batch[:0]
 	for _, w := range k.work {
 		s := &w.ls.slots[w.i]
-		r := Renewal{Pool: s.limit.pool, Owner: w.ls.owner, TTL: s.limit.ttl}
+		r := store.Renewal{Pool: s.limit.pool, Owner: w.ls.owner, TTL: s.limit.spec.TTL}
 		if !s.limit.plain() {
-			r.Weight = s.limit.Weight()
-			if s.limit.share != nil {
-				r.Parent = s.limit.share.parent.pool
+			r.Weight = s.limit.spec.Weight
+			if p := s.limit.spec.Parent; p != nil {
+				r.Parent = p.pool
 			}
 		}
 		k.batch = append(k.batch, r)
 	}
 	before := l.now()
-	ctx, cancel := l.bound(context.Background(), max(l.budget, time.Second))
-	err := l.store.Renew(ctx, k.batch)
-	cancel()
+	err := l.run(context.Background(), max(l.budget, time.Second), func(ctx context.Context) error {
+		return l.store.Renew(ctx, k.batch)
+	})
 	after := l.now()
 
 	type failure struct {
 		lim Limit
 		err error
 	}
-	var failures []failure // one per partition
-	var answered []PoolID  // a pool per partition that answered, to end its outage
+	var failures []failure      // one per partition
+	var answered []store.PoolID // a pool per partition that answered, to end its outage
 	var lost []Event
 	var wake []chan struct{}
 	for i, w := range k.work {
@@ -300,7 +302,7 @@ func (k *keeper) renew() {
 				}
 				lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
 			} else {
-				s.renewAt = after + max(s.limit.ttl/6, time.Millisecond)
+				s.renewAt = after + max(s.limit.spec.TTL/6, time.Millisecond)
 			}
 		case r.Lost:
 			if ch := ls.markLost(s); ch != nil {
@@ -309,14 +311,14 @@ func (k *keeper) renew() {
 			lost = append(lost, Event{Kind: LeaseLost, Limit: s.limit, Held: after - ls.acquired})
 			answered = l.answeredIn(answered, s.limit.home())
 		default:
-			s.renewAt, s.deadline = before+s.limit.ttl/3, before+s.limit.ttl
+			s.renewAt, s.deadline = before+s.limit.spec.TTL/3, before+s.limit.spec.TTL
 			answered = l.answeredIn(answered, s.limit.home())
 		}
 		ls.mu.Unlock()
 	}
 	// Observers are called with no lock held.
 	for _, f := range failures {
-		l.storeFailed(f.lim, f.err)
+		l.storeFailed(&f.lim, f.err)
 	}
 	for _, p := range answered {
 		l.storeAnswered(p)

@@ -3,13 +3,15 @@ package keycap
 import (
 	"sync"
 	"time"
+
+	"github.com/keycap/keycap/store"
 )
 
 // Lease is a set of slots granted by one Acquire. The Limiter renews it in the
 // background while it is held; Release frees it.
 type Lease struct {
 	l        *Limiter
-	owner    Owner
+	owner    store.Owner
 	acquired time.Duration // on the Limiter's clock
 	slots    []slot
 	one      [1]slot // backing for the common single-limit lease
@@ -22,7 +24,7 @@ type Lease struct {
 
 	pins uint16 // the keeper's renewals under way that read the lease (one per slot at most); guarded by mu
 
-	member   bool // a member lease of the node, kept by its heartbeat (AcquireAs)
+	member   bool // a member lease of the node, kept by its heartbeat (acquireAs)
 	admitted bool // handed to its holder
 	released bool // guarded by mu
 	lost     bool // guarded by mu
@@ -82,14 +84,18 @@ func newLease(l *Limiter, limits []Limit, now time.Duration, reuse bool) *Lease 
 		ls.slots = make([]slot, len(limits))
 	}
 	for i := range limits {
-		ttl := limits[i].ttl
+		ttl := limits[i].spec.TTL
 		ls.slots[i] = slot{limit: limits[i], renewAt: now + ttl/3, deadline: now + ttl}
 	}
 	return ls
 }
 
-// Limits returns the limits the lease was acquired for.
+// Limits returns the limits the lease was acquired for; none for a nil
+// lease.
 func (ls *Lease) Limits() []Limit {
+	if ls == nil {
+		return nil
+	}
 	out := make([]Limit, len(ls.slots))
 	for i := range ls.slots {
 		out[i] = ls.slots[i].limit
@@ -98,8 +104,12 @@ func (ls *Lease) Limits() []Limit {
 }
 
 // Guarded reports whether the lease holds a slot for every one of its limits.
-// It is false when a limit failing open was skipped because the store failed.
+// It is false when a limit failing open was skipped because the store
+// failed, and for a nil lease.
 func (ls *Lease) Guarded() bool {
+	if ls == nil {
+		return false
+	}
 	for i := range ls.slots {
 		if !ls.slots[i].held {
 			return false
@@ -113,8 +123,12 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 
 // Lost returns a channel that is closed when one of the lease's slots is found
 // gone on renewal: it expired in the store, so the pool may now admit another
-// holder. A lease that is never lost never closes it, Release included.
+// holder. A lease that is never lost never closes it, Release included. A
+// nil lease is never lost: its channel is nil.
 func (ls *Lease) Lost() <-chan struct{} {
+	if ls == nil {
+		return nil
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	e := ls.more()
@@ -147,7 +161,13 @@ func (ls *Lease) markLost(s *slot) chan struct{} {
 // lost: it frees nothing that another holder took since. A store failure
 // during Release is reported to the observer, and the release retried in the
 // background until it succeeds or the slot expires in the store.
+//
+// Release on a nil lease does nothing: a defer placed before the error
+// of Acquire is checked cannot panic when Acquire refused.
 func (ls *Lease) Release() {
+	if ls == nil {
+		return
+	}
 	ls.release(-1)
 }
 
@@ -208,7 +228,7 @@ func (ls *Lease) release(reported int) (unread bool) {
 				break
 			}
 			reported--
-			l.observer.Observe(Event{Kind: SlotReleased, Family: s.limit.family, Limit: s.limit, Held: held})
+			l.observer.Observe(Event{Kind: SlotReleased, Family: s.limit.spec.Family, Limit: s.limit, Held: held})
 		}
 	}
 	return unread

@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testhook"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestDoAllocatesNoLease checks the steady path of Do on memstore: the
 // lease of one call is reused by the next, so a call allocates nothing.
 func TestDoAllocatesNoLease(t *testing.T) {
 	l, _ := newLimiter(t, memstore.New())
-	lim := limit(t, "reuse", "k", 1)
+	lim := limit(t, keycap.Spec{Name: "reuse", Max: 1}, "k")
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
 	if err := l.Do(ctx, fn, lim); err != nil {
@@ -30,7 +32,7 @@ func TestDoAllocatesNoLease(t *testing.T) {
 	}
 }
 
-// TestDoPinsOnAnInProcessStore checks Do on memstore, a Pinner: while fn
+// TestDoPinsOnAnInProcessStore checks Do on memstore, which pins: while fn
 // runs, its slot is held with no expiry and no renewal (the store's clock
 // moved an hour past the TTL still finds it held), and Inspect shows it as
 // this Limiter's, expiring in its TTL; it is freed when fn returns. With
@@ -44,9 +46,9 @@ func TestDoPinsOnAnInProcessStore(t *testing.T) {
 		if inspected {
 			opts = append(opts, keycap.WithInspection(keycap.InspectOptions{}))
 		}
-		l, _ := newLimiter(t, memstore.New(memstore.WithClock(clock)), opts...)
+		l, _ := newLimiter(t, memstore.New(testhook.MemstoreClock(clock).(memstore.Option)), opts...)
 		const ttl = time.Minute // no renewal while the test runs
-		lim := limit(t, "pin", "k", 1, keycap.WithTTL(ttl))
+		lim := limit(t, keycap.Spec{Name: "pin", Max: 1, TTL: ttl}, "k")
 		err := l.Do(keycap.WithLabel(ctx, "job-7"), func(context.Context) error {
 			now.Add(int64(100 * time.Millisecond)) // a renewed slot's Expires is now below its TTL
 			if !inspected {
@@ -81,14 +83,17 @@ func TestDoPinsOnAnInProcessStore(t *testing.T) {
 // then reports every lease of its batch lost; later Renews pass through,
 // each signalling on later.
 type renewGate struct {
-	keycap.Store
+	store.Store
 	calls   atomic.Int64
 	entered chan struct{} // closed when the first Renew has its batch
 	gate    chan struct{} // the first Renew waits for it to close
 	later   chan struct{} // a send per later Renew
 }
 
-func (g *renewGate) Renew(ctx context.Context, batch []keycap.Renewal) error {
+// Features declares none: Do must take a renewed lease, not a pinned slot.
+func (g *renewGate) Features() store.Features { return 0 }
+
+func (g *renewGate) Renew(ctx context.Context, batch []store.Renewal) error {
 	if g.calls.Add(1) > 1 {
 		select {
 		case g.later <- struct{}{}:
@@ -123,7 +128,7 @@ func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 			close(g.gate)
 		}
 	})
-	lim := limit(t, "reuse", "k", 2, keycap.WithTTL(30*time.Millisecond))
+	lim := limit(t, keycap.Spec{Name: "reuse", Max: 2, TTL: 30 * time.Millisecond}, "k")
 	ctx := context.Background()
 	err := l.Do(ctx, func(context.Context) error {
 		select {
@@ -163,7 +168,7 @@ func TestDoReusesNoLeaseARenewalHolds(t *testing.T) {
 func TestDoReuseUnderRenewals(t *testing.T) {
 	l, lost := limiterReportingLost(t, renewed{Store: memstore.New()})
 	const max, workers = 4, 16
-	lim := limit(t, "reuse", "k", max, keycap.WithTTL(300*time.Millisecond))
+	lim := limit(t, keycap.Spec{Name: "reuse", Max: max, TTL: 300 * time.Millisecond}, "k")
 	var held, over atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
@@ -200,12 +205,13 @@ func TestDoReuseUnderRenewals(t *testing.T) {
 	}
 }
 
-// renewed is memstore with its Pinner hidden (the field hides the method of
-// the same name), so that Do takes a Lease and it is renewed.
+// renewed is memstore without its Pinned feature, so that Do takes a Lease
+// and it is renewed.
 type renewed struct {
 	*memstore.Store
-	AcquirePinned struct{}
 }
+
+func (r renewed) Features() store.Features { return r.Store.Features() &^ store.Pinned }
 
 // limiterReportingLost returns a Limiter on s, closed when the test ends,
 // and a channel that receives its first LeaseLost event.

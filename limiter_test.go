@@ -12,48 +12,87 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
-func TestNewLimitNamesTheInvalidField(t *testing.T) {
+func TestSpecValidateNamesTheInvalidField(t *testing.T) {
 	t.Parallel()
+	parent := keycap.MustParent("validate-parent", 10)
 	cases := []struct {
 		name  string
-		lname string
-		max   int
-		opts  []keycap.LimitOption
+		spec  keycap.Spec
 		field string
 	}{
-		{"empty name", "", 1, nil, "name"},
-		{"negative max", "n", -1, nil, "max"},
-		{"ttl below 1ms", "n", 1, []keycap.LimitOption{keycap.WithTTL(999 * time.Microsecond)}, "ttl"},
-		{"zero ttl", "n", 1, []keycap.LimitOption{keycap.WithTTL(0)}, "ttl"},
-		{"ttl above MaxTTL", "n", 1, []keycap.LimitOption{keycap.WithTTL(keycap.MaxTTL + time.Millisecond)}, "ttl"},
-		{"negative wait", "n", 1, []keycap.LimitOption{keycap.WithWait(-time.Second)}, "wait"},
-		{"unknown fail mode", "n", 1, []keycap.LimitOption{keycap.WithFailMode(7)}, "fail mode"},
+		{"empty name", keycap.Spec{Max: 1}, "Name"},
+		{"negative max", keycap.Spec{Name: "n", Max: -1}, "Max"},
+		{"ttl below 1ms", keycap.Spec{Name: "n", Max: 1, TTL: 999 * time.Microsecond}, "TTL"},
+		{"negative ttl", keycap.Spec{Name: "n", Max: 1, TTL: -time.Second}, "TTL"},
+		{"ttl above MaxTTL", keycap.Spec{Name: "n", Max: 1, TTL: keycap.MaxTTL + time.Millisecond}, "TTL"},
+		{"negative wait", keycap.Spec{Name: "n", Max: 1, Wait: -time.Second}, "Wait"},
+		{"negative budget", keycap.Spec{Name: "n", Max: 1, Budget: -time.Second}, "Budget"},
+		{"unknown fail mode", keycap.Spec{Name: "n", Max: 1, FailMode: 7}, "FailMode"},
+		{"unknown family", keycap.Spec{Name: "n", Max: 1, Family: 99}, "Family"},
+		{"negative weight", keycap.Spec{Name: "n", Max: 3, Weight: -1}, "Weight"},
+		{"weight above max", keycap.Spec{Name: "n", Max: 3, Weight: 4}, "Weight"},
+		{"share without a parent", keycap.Spec{Name: "n", Max: 3, Share: 2}, "Share"},
+		{"minimum without a parent", keycap.Spec{Name: "n", Max: 3, Minimum: 1}, "Minimum"},
+		{"zero parent", keycap.Spec{Name: "n", Max: 3, Parent: &keycap.Parent{}}, "Parent"},
+		{"max above its parent's", keycap.Spec{Name: "n", Max: 11, Parent: parent}, "Max"},
+		{"negative share", keycap.Spec{Name: "n", Max: 3, Parent: parent, Share: -1}, "Share"},
+		{"minimum above max", keycap.Spec{Name: "n", Max: 3, Parent: parent, Minimum: 4}, "Minimum"},
+		{"negative minimum", keycap.Spec{Name: "n", Max: 3, Parent: parent, Minimum: -1}, "Minimum"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := keycap.NewLimit(tc.lname, "k", tc.max, tc.opts...)
+			err := tc.spec.Validate()
 			var ie *keycap.InvalidLimitError
 			if !errors.Is(err, keycap.ErrInvalidLimit) || !errors.As(err, &ie) {
-				t.Fatalf("NewLimit = %v, want an *InvalidLimitError", err)
+				t.Fatalf("Validate = %v, want an *InvalidLimitError", err)
 			}
 			if ie.Field != tc.field {
 				t.Fatalf("error names field %q, want %q (%v)", ie.Field, tc.field, err)
 			}
+
+			// For never fails: the limit it makes returns Validate's error
+			// from Acquire and Do, without a store call.
+			fs := newFaultStore()
+			l, _ := newLimiter(t, fs)
+			lim := tc.spec.For("k")
+			if _, aerr := l.Acquire(context.Background(), lim); aerr == nil || aerr.Error() != err.Error() || !errors.Is(aerr, keycap.ErrInvalidLimit) {
+				t.Fatalf("Acquire = %v, want %v", aerr, err)
+			}
+			ran := false
+			derr := l.Do(context.Background(), func(context.Context) error { ran = true; return nil }, lim)
+			if derr == nil || derr.Error() != err.Error() || !errors.Is(derr, keycap.ErrInvalidLimit) || ran {
+				t.Fatalf("Do = %v (ran %t), want %v without running", derr, ran, err)
+			}
+			var die *keycap.InvalidLimitError
+			if !errors.As(derr, &die) || *die != *ie {
+				t.Fatalf("Do's error %+v, want %+v", die, ie)
+			}
+			if n := fs.acquires.Load(); n != 0 {
+				t.Fatalf("%d store calls for an invalid spec", n)
+			}
 		})
 	}
-	l, err := keycap.NewLimit("n", "", 0, keycap.WithTTL(time.Millisecond), keycap.WithWait(0))
-	if err != nil {
-		t.Fatalf("valid limit refused: %v", err)
+	spec := keycap.Spec{Name: "n", Max: 0, TTL: time.Millisecond, Wait: 0}
+	if err := spec.Validate(); err != nil {
+		t.Fatalf("valid spec refused: %v", err)
 	}
-	if l.TTL() != time.Millisecond || l.Max() != 0 || l.Key() != "" {
+	l := spec.For("")
+	if l.Spec().TTL != time.Millisecond || l.Max() != 0 || l.Key() != "" {
 		t.Fatalf("limit fields not kept: %+v", l)
 	}
-	if d := keycap.MustLimit("n", "k", 1).TTL(); d != keycap.DefaultTTL {
+	// TTL 0 is no longer invalid: it is the default.
+	zero := keycap.Spec{Name: "n", Max: 1, TTL: 0}
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("TTL 0 refused: %v", err)
+	}
+	if d := zero.For("k").Spec().TTL; d != keycap.DefaultTTL {
 		t.Fatalf("default TTL = %s, want %s", d, keycap.DefaultTTL)
 	}
 }
@@ -62,8 +101,8 @@ func TestMaxZeroRefusesWithoutStoreCall(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
 	l, rec := newLimiter(t, fs)
-	zero := limit(t, "z", "k", 0, keycap.WithWait(time.Hour))
-	other := limit(t, "o", "k", 5, keycap.WithWait(time.Hour))
+	zero := limit(t, keycap.Spec{Name: "z", Max: 0, Wait: time.Hour}, "k")
+	other := limit(t, keycap.Spec{Name: "o", Max: 5, Wait: time.Hour}, "k")
 	start := time.Now()
 	le := refused(t, l, zero, other, zero)
 	if le.Waited != 0 || time.Since(start) > time.Second {
@@ -80,8 +119,8 @@ func TestMaxZeroRefusesWithoutStoreCall(t *testing.T) {
 func TestAllOrNothing(t *testing.T) {
 	t.Parallel()
 	l, rec := newLimiter(t, memstore.New())
-	user := limit(t, "exports", "user:1", 1)
-	team := limit(t, "exports", "team:1", 1)
+	user := limit(t, keycap.Spec{Name: "exports", Max: 1}, "user:1")
+	team := limit(t, keycap.Spec{Name: "exports", Max: 1}, "team:1")
 	held := acquire(t, l, team)
 	refused(t, l, team, user, team)
 	// The user's slot, taken before the team refused, was given back.
@@ -101,8 +140,8 @@ func TestAllOrNothing(t *testing.T) {
 func TestProgrammingErrors(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New())
-	a := limit(t, "n", "k", 1)
-	b := limit(t, "n", "k", 2, keycap.WithTTL(time.Second)) // same pool, other settings
+	a := limit(t, keycap.Spec{Name: "n", Max: 1}, "k")
+	b := limit(t, keycap.Spec{Name: "n", Max: 2, TTL: time.Second}, "k") // same pool, other settings
 	if _, err := l.Acquire(context.Background(), a, b); !errors.Is(err, keycap.ErrInvalidLimit) {
 		t.Fatalf("two limits on one pool: %v", err)
 	}
@@ -123,7 +162,7 @@ func TestWaiterIsWokenByRelease(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New())
 	l.SetPollInterval(time.Hour) // only a wake-up can let the waiter in
-	lim := limit(t, "w", "k", 1, keycap.WithWait(time.Minute))
+	lim := limit(t, keycap.Spec{Name: "w", Max: 1, Wait: time.Minute}, "k")
 	held := acquire(t, l, lim)
 	got := make(chan error, 1)
 	go func() {
@@ -151,7 +190,7 @@ func TestWaitersAreWokenOneByOne(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New())
 	l.SetPollInterval(time.Hour)
-	lim := limit(t, "w", "k", 1, keycap.WithWait(time.Minute))
+	lim := limit(t, keycap.Spec{Name: "w", Max: 1, Wait: time.Minute}, "k")
 	held := acquire(t, l, lim)
 	const n = 5
 	done := make(chan struct{}, n)
@@ -181,7 +220,7 @@ func TestWaitRunsOut(t *testing.T) {
 	t.Parallel()
 	l, rec := newLimiter(t, memstore.New())
 	l.SetPollInterval(20 * time.Millisecond)
-	lim := limit(t, "w", "k", 1, keycap.WithWait(150*time.Millisecond))
+	lim := limit(t, keycap.Spec{Name: "w", Max: 1, Wait: 150 * time.Millisecond}, "k")
 	held := acquire(t, l, lim)
 	defer held.Release()
 	le := refused(t, l, lim, lim)
@@ -197,9 +236,9 @@ func TestWaitIsTheSmallestAmongLimits(t *testing.T) {
 	t.Parallel()
 	l, _ := newLimiter(t, memstore.New())
 	l.SetPollInterval(10 * time.Millisecond)
-	long := limit(t, "long", "k", 1, keycap.WithWait(time.Hour))
-	short := limit(t, "short", "k", 5, keycap.WithWait(100*time.Millisecond))
-	none := limit(t, "none", "k", 5)
+	long := limit(t, keycap.Spec{Name: "long", Max: 1, Wait: time.Hour}, "k")
+	short := limit(t, keycap.Spec{Name: "short", Max: 5, Wait: 100 * time.Millisecond}, "k")
+	none := limit(t, keycap.Spec{Name: "none", Max: 5}, "k")
 	held := acquire(t, l, long)
 	defer held.Release()
 	if le := refused(t, l, long, long, short); le.Waited < 100*time.Millisecond || le.Waited > 30*time.Second {
@@ -214,7 +253,7 @@ func TestCancelEndsWaitAndIsNoStoreFailure(t *testing.T) {
 	t.Parallel()
 	l, rec := newLimiter(t, memstore.New())
 	l.SetPollInterval(time.Hour)
-	lim := limit(t, "w", "k", 1, keycap.WithWait(time.Hour))
+	lim := limit(t, keycap.Spec{Name: "w", Max: 1, Wait: time.Hour}, "k")
 	held := acquire(t, l, lim)
 	defer held.Release()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,7 +275,7 @@ func TestCancelDuringStoreCall(t *testing.T) {
 	l, rec := newLimiter(t, fs, keycap.WithDefaultFailMode(keycap.FailClosed))
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
-	go func() { _, err := l.Acquire(ctx, limit(t, "c", "k", 1)); got <- err }()
+	go func() { _, err := l.Acquire(ctx, limit(t, keycap.Spec{Name: "c", Max: 1}, "k")); got <- err }()
 	testkit.Recv(t, fs.entered, 10*time.Second, "the store call")
 	cancel()
 	if err := testkit.Recv(t, got, 10*time.Second, "the cancelled Acquire"); !errors.Is(err, context.Canceled) || errors.Is(err, keycap.ErrStoreUnavailable) {
@@ -251,8 +290,8 @@ func TestFailModes(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
 	l, rec := newLimiter(t, fs, keycap.WithRecoverAfter(time.Millisecond)) // default: fail open
-	open := limit(t, "open", "k", 1)
-	closed := limit(t, "closed", "k", 1, keycap.WithFailMode(keycap.FailClosed))
+	open := limit(t, keycap.Spec{Name: "open", Max: 1}, "k")
+	closed := limit(t, keycap.Spec{Name: "closed", Max: 1, FailMode: keycap.FailClosed}, "k")
 	fs.fail.Store(true)
 
 	for range 10 {
@@ -299,11 +338,11 @@ func TestDefaultFailModeClosed(t *testing.T) {
 	fs := newFaultStore()
 	l, _ := newLimiter(t, fs, keycap.WithDefaultFailMode(keycap.FailClosed))
 	fs.fail.Store(true)
-	if _, err := l.Acquire(context.Background(), limit(t, "d", "k", 1)); !errors.Is(err, keycap.ErrStoreUnavailable) {
+	if _, err := l.Acquire(context.Background(), limit(t, keycap.Spec{Name: "d", Max: 1}, "k")); !errors.Is(err, keycap.ErrStoreUnavailable) {
 		t.Fatalf("Acquire = %v, want ErrStoreUnavailable", err)
 	}
 	// A limit's own mode wins over the default.
-	acquire(t, l, limit(t, "o", "k", 1, keycap.WithFailMode(keycap.FailOpen))).Release()
+	acquire(t, l, limit(t, keycap.Spec{Name: "o", Max: 1, FailMode: keycap.FailOpen}, "k")).Release()
 }
 
 func TestKeepAliveBatchesRenewals(t *testing.T) {
@@ -314,7 +353,7 @@ func TestKeepAliveBatchesRenewals(t *testing.T) {
 	const n = 50
 	var leases []*keycap.Lease
 	for i := range n {
-		leases = append(leases, acquire(t, l, limit(t, "b", string(rune('a'+i)), 1, keycap.WithTTL(600*time.Millisecond))))
+		leases = append(leases, acquire(t, l, limit(t, keycap.Spec{Name: "b", Max: 1, TTL: 600 * time.Millisecond}, string(rune('a'+i)))))
 	}
 	// Wait for the first renewal round: every lease was renewed, in few calls.
 	total, calls := 0, 0
@@ -342,11 +381,11 @@ func TestKeepAliveBatchesRenewals(t *testing.T) {
 
 func TestOneRenewalGoroutinePerLimiter(t *testing.T) {
 	l, _ := newLimiter(t, memstore.New())
-	acquire(t, l, limit(t, "g", "first", 1)).Release() // starts the loop
+	acquire(t, l, limit(t, keycap.Spec{Name: "g", Max: 1}, "first")).Release() // starts the loop
 	before := runtime.NumGoroutine()
 	var leases []*keycap.Lease
 	for i := range 1000 {
-		leases = append(leases, acquire(t, l, limit(t, "g", string(rune(i)), 1)))
+		leases = append(leases, acquire(t, l, limit(t, keycap.Spec{Name: "g", Max: 1}, string(rune(i)))))
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("goroutines grew from %d to %d with 1000 leases", before, after)
@@ -360,7 +399,7 @@ func TestLeaseLostOnRenewal(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
 	l, rec := newLimiter(t, fs)
-	lim := limit(t, "lost", "k", 1, keycap.WithTTL(90*time.Millisecond))
+	lim := limit(t, keycap.Spec{Name: "lost", Max: 1, TTL: 90 * time.Millisecond}, "k")
 	fs.lostPool.Store(lim.Pool())
 	ls := acquire(t, l, lim)
 	select {
@@ -383,7 +422,7 @@ func TestLeaseLostWhenRenewalFailsPastTTL(t *testing.T) {
 	t.Parallel()
 	fs := newFaultStore()
 	l, rec := newLimiter(t, fs)
-	ls := acquire(t, l, limit(t, "lost", "k", 1, keycap.WithTTL(120*time.Millisecond)))
+	ls := acquire(t, l, limit(t, keycap.Spec{Name: "lost", Max: 1, TTL: 120 * time.Millisecond}, "k"))
 	fs.fail.Store(true)
 	select {
 	case <-ls.Lost():
@@ -400,7 +439,7 @@ func TestLeaseLostWhenRenewalFailsPastTTL(t *testing.T) {
 func TestReleaseIsIdempotent(t *testing.T) {
 	t.Parallel()
 	l, rec := newLimiter(t, memstore.New())
-	lim := limit(t, "r", "k", 1)
+	lim := limit(t, keycap.Spec{Name: "r", Max: 1}, "k")
 	ls := acquire(t, l, lim)
 	var wg sync.WaitGroup
 	for range 8 {
@@ -419,7 +458,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 func TestDoReleasesOnPanic(t *testing.T) {
 	t.Parallel()
 	l, rec := newLimiter(t, memstore.New())
-	lim := limit(t, "p", "k", 1)
+	lim := limit(t, keycap.Spec{Name: "p", Max: 1}, "k")
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -457,7 +496,7 @@ func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	a, b := limit(t, "a", "k", 1), limit(t, "b", "k", 1)
+	a, b := limit(t, keycap.Spec{Name: "a", Max: 1}, "k"), limit(t, keycap.Spec{Name: "b", Max: 1}, "k")
 	func() {
 		defer func() {
 			if r := recover(); r != "observer" {
@@ -476,7 +515,7 @@ func TestObserverPanicKeepsEventsBalanced(t *testing.T) {
 		t.Fatalf("the panicking observer saw %d more acquired than released", n)
 	}
 	acquire(t, l, a).Release()
-	l2, _ := newLimiter(t, l.Store())
+	l2, _ := newLimiter(t, frontdoor.Store(l))
 	acquire(t, l2, b).Release()
 }
 
@@ -503,7 +542,7 @@ func TestObserverPanicOnAStoreEventFreesTheSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = l.Close() })
-			a, b := limit(t, "event-a", "k", 1), limit(t, "event-b", "k", 1)
+			a, b := limit(t, keycap.Spec{Name: "event-a", Max: 1}, "k"), limit(t, keycap.Spec{Name: "event-b", Max: 1}, "k")
 			if on == keycap.StoreRecovered {
 				// An outage to recover from: its answer is a's.
 				f.fail.Store(true)
@@ -526,7 +565,7 @@ func TestObserverPanicOnAStoreEventFreesTheSlots(t *testing.T) {
 			if got != "observer" || seen.Load() != 1 {
 				t.Fatalf("recovered %v after %d %s events, want the observer's panic on one", got, seen.Load(), on)
 			}
-			f.failPool.Store(keycap.PoolID{})
+			f.failPool.Store(store.PoolID{})
 			other, _ := newLimiter(t, f.Store)
 			acquire(t, other, a, b).Release()
 		})
@@ -539,32 +578,32 @@ func TestClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := acquire(t, l, limit(t, "c", "k", 1))
+	ls := acquire(t, l, limit(t, keycap.Spec{Name: "c", Max: 1}, "k"))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	_ = l.Close()
 	ls.Release() // still works
-	if _, err := l.Acquire(context.Background(), limit(t, "c", "k", 1)); !errors.Is(err, keycap.ErrClosed) {
+	if _, err := l.Acquire(context.Background(), limit(t, keycap.Spec{Name: "c", Max: 1}, "k")); !errors.Is(err, keycap.ErrClosed) {
 		t.Fatalf("Acquire after Close = %v", err)
 	}
 }
 
 func TestPoolIDs(t *testing.T) {
 	t.Parallel()
-	if keycap.NewPoolID("ab", "c") == keycap.NewPoolID("a", "bc") {
+	if store.PoolOf(0, "ab", "c") == store.PoolOf(0, "a", "bc") {
 		t.Fatal("name/key boundary is ambiguous")
 	}
-	if keycap.NewPoolID("a", "k") != keycap.MustLimit("a", "k", 1).Pool() {
-		t.Fatal("limit pool differs from NewPoolID")
+	if store.PoolOf(0, "a", "k") != (keycap.Spec{Name: "a", Max: 1}).For("k").Pool() {
+		t.Fatal("limit pool differs from store.PoolOf")
 	}
 	// Families keep front doors apart: an application limit named like
 	// another front door's pools never reaches them.
-	if keycap.PoolIDOf(keycap.FamilyApp, "conncap:chat", "user:1") == keycap.PoolIDOf(keycap.FamilyConn, "chat", "user:1") ||
-		keycap.PoolIDOf(keycap.FamilyApp, "x", "k") == keycap.PoolIDOf(keycap.FamilyJob, "x", "k") {
+	if store.PoolOf(byte(keycap.FamilyApp), "conncap:chat", "user:1") == store.PoolOf(byte(keycap.FamilyConn), "chat", "user:1") ||
+		store.PoolOf(byte(keycap.FamilyApp), "x", "k") == store.PoolOf(byte(keycap.FamilyJob), "x", "k") {
 		t.Fatal("two families share a pool")
 	}
-	if a, b := keycap.NewOwner(), keycap.NewOwner(); a == b {
+	if a, b := store.NewOwner(), store.NewOwner(); a == b {
 		t.Fatal("two owner tokens are equal")
 	}
 }
@@ -577,11 +616,11 @@ func TestPoolIDLongAndShortPathsAgree(t *testing.T) {
 		h := sha256.New()
 		h.Write([]byte{byte(keycap.FamilyApp), byte(len("name"))})
 		h.Write([]byte("name" + key))
-		var want keycap.PoolID
-		tag := keycap.TagOf(keycap.FamilyApp, "name")
+		var want store.PoolID
+		tag := store.TagOf(byte(keycap.FamilyApp), "name")
 		copy(want[:4], tag[:])
 		copy(want[4:], h.Sum(nil))
-		if got := keycap.NewPoolID("name", key); got != want {
+		if got := store.PoolOf(0, "name", key); got != want {
 			t.Fatalf("key of %d bytes: %s, want %s", n, got, want)
 		}
 	}
@@ -593,7 +632,7 @@ func TestEventsCarryTheFamily(t *testing.T) {
 	t.Parallel()
 	rec := &keycaptest.Recorder{}
 	l, _ := newLimiter(t, memstore.New(), keycap.WithObserver(rec))
-	lim := limit(t, "export", "k", 1, keycap.WithFamily(keycap.FamilyJob))
+	lim := limit(t, keycap.Spec{Name: "export", Max: 1, Family: keycap.FamilyJob}, "k")
 	ls, err := l.Acquire(context.Background(), lim)
 	if err != nil {
 		t.Fatal(err)

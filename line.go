@@ -3,28 +3,29 @@ package keycap
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/keycap/keycap/store"
 )
 
-// LinePoll is how often a caller waiting in a store's line (a Liner) asks
+// linePoll is how often a caller waiting in a store's line asks
 // again when no notification came: the fallback for a lost one. A waiter
 // on a store that cannot notify polls every 100 ms ± 50 % instead.
-const LinePoll = time.Second
+const linePoll = time.Second
 
-// HandoffClaim is how long a slot handed to a waiting Acquire stays
+// handoffClaim is how long a slot handed to a waiting Acquire stays
 // reserved for it before it passes to the next ticket: a waiter is woken at
-// once by a notification, and by its next poll (LinePoll) when one was lost.
-const HandoffClaim = 1500 * time.Millisecond
+// once by a notification, and by its next poll (linePoll) when one was lost.
+const handoffClaim = 1500 * time.Millisecond
 
 // lineLinger is how long a Limiter keeps its store subscription to a pool
 // after its last waiter left, so that a busy pool is not subscribed to anew
 // by every waiter.
 const lineLinger = 30 * time.Second
 
-// waitInLine takes ls's slots on a Liner store, waiting up to wait: its
+// waitInLine takes ls's slots on a store with lines, waiting up to wait: its
 // slots are taken in the order of their pools' IDs, the same for every
 // caller so that two waiters never hold what the other waits for; a slot
 // taken is held while the caller queues for the next one, with a ticket in
@@ -32,8 +33,8 @@ const lineLinger = 30 * time.Second
 // fallback.
 //
 // With park, a caller that is still refused when its wait ends parks
-// instead of leaving the line (Limiter.AcquireOrPark).
-func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Duration, park *Parking) (*Lease, error) {
+// instead of leaving the line (frontdoor.AcquireOrPark).
+func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Duration, park *parking) (*Lease, error) {
 	var one [1]int
 	order := one[:]
 	if len(ls.slots) > 1 {
@@ -53,7 +54,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 	// and then tries again at once, which claims a slot handed to it before
 	// the subscription began.
 	notified := l.lines.watchReady(ls, w)
-	subscribe := !notified && l.notifier != nil
+	subscribe := !notified && l.has(store.Notifications)
 	defer l.lines.unwatch(ls, w)
 
 	var timer *time.Timer
@@ -65,11 +66,11 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 	now := start
 	for {
 		left := wait - (now - start)
-		tk := Ticket{TTL: min(max(left, 0), 2*LinePoll) + HandoffClaim, Claim: HandoffClaim}
+		tk := store.Ticket{TTL: min(max(left, 0), 2*linePoll) + handoffClaim, Claim: handoffClaim}
 		if park != nil && left <= 0 {
-			tk = Ticket{TTL: park.For, Claim: park.Claim} // parks in the same call
+			tk = store.Ticket{TTL: park.For, Claim: park.Claim} // parks in the same call
 		}
-		refused, err := l.tryLine(ctx, ls, order, now, tk)
+		refused, err := l.take(ctx, ls, order, now, tk, true)
 		if err != nil {
 			return nil, err
 		}
@@ -93,17 +94,17 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			if claim {
 				continue // handed a slot meanwhile: claim it
 			}
-			lim := ls.slots[refused].limit
+			lim := &ls.slots[refused].limit
 			l.refused(ctx, lim, waited)
-			return nil, &LimitError{Limit: lim, Waited: waited, Parked: parked}
+			return nil, &LimitError{Limit: *lim, Waited: waited, Parked: parked}
 		}
 		if waited >= wait {
-			l.leaveLine(ls, refused)
-			lim := ls.slots[refused].limit
+			l.undo(ls, refused, true, false)
+			lim := &ls.slots[refused].limit
 			l.refused(ctx, lim, waited)
-			return nil, &LimitError{Limit: lim, Waited: waited}
+			return nil, &LimitError{Limit: *lim, Waited: waited}
 		}
-		d := LinePoll
+		d := linePoll
 		if !notified {
 			d = l.poll()
 		}
@@ -115,7 +116,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		}
 		select {
 		case <-ctx.Done():
-			l.leaveLine(ls, refused)
+			l.undo(ls, refused, true, false)
 			return nil, ctx.Err()
 		case <-wake:
 		case <-timer.C:
@@ -124,12 +125,12 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 	}
 }
 
-// Parking is how a caller that cannot wait in place (a job that goes back
-// to its queue) keeps its place in a line: AcquireOrPark.
-type Parking struct {
+// parking is how a caller that cannot wait in place (a job that goes back
+// to its queue) keeps its place in a line (frontdoor.AcquireOrPark).
+type parking struct {
 	// Owner names the caller on each of its attempts, so that the attempt
-	// that comes back claims the slot handed to its ticket: OwnerFor.
-	Owner Owner
+	// that comes back claims the slot handed to its ticket.
+	Owner store.Owner
 	// For is how long the ticket waits for its owner to come back: the
 	// caller's fallback delay, after which it tries again anyway.
 	For time.Duration
@@ -142,61 +143,15 @@ type Parking struct {
 	Wake func()
 }
 
-// OwnerFor returns the owner token of the caller named id (a job's pool,
-// key and ID, say): the same id always gives the same token.
-func OwnerFor(id string) Owner {
-	p := PoolIDOf(familyInternal, "owner", id)
-	return Owner(p)
-}
-
-// AcquireOrPark is Acquire for a caller that waits in place for the limits'
-// wait, as Acquire does, and then, instead of leaving the line, parks: its
-// ticket stays for p.For, and when a slot is handed to it, on any client
-// of the store, p.Wake is called. The caller's next AcquireOrPark with the
-// same p.Owner claims that slot (within p.Claim). A parked caller gets a
-// *LimitError with Parked set.
-//
-// The store must keep lines (Liner) and notify (Notifier) for the wake-up;
-// on another store AcquireOrPark is Acquire, and never parks. A parked
-// ticket lives in the store: a wake-up lost with its process leaves the
-// slot reserved for p.Claim, then it passes on; the caller comes back at
-// its own fallback delay and queues again.
-func (l *Limiter) AcquireOrPark(ctx context.Context, p Parking, limits ...Limit) (*Lease, error) {
-	if p.Owner == KeptFor {
-		return nil, fmt.Errorf("%w: parking needs an owner (OwnerFor)", ErrInvalidLimit)
-	}
-	if p.For <= 0 || p.Claim <= 0 || p.Wake == nil {
-		return nil, fmt.Errorf("%w: parking needs a positive For and Claim, and a Wake (got %s, %s)", ErrInvalidLimit, p.For, p.Claim)
-	}
-	return l.acquire(ctx, nil, &p, limits, false)
-}
-
-// Unpark takes owner out of the lines of limits, where AcquireOrPark
-// parked it, for a caller that will not come back (a job that failed
-// instead): its ticket, and a slot already handed to it, go to the next
-// in line now rather than when they expire. In the background, within the
-// budget.
-func (l *Limiter) Unpark(owner Owner, limits ...Limit) {
-	l.parked.cancel(owner)
-	if l.liner == nil {
-		return
-	}
-	for _, lim := range limits {
-		if lim.valid() {
-			l.dequeueLater(lim, owner)
-		}
-	}
-}
-
 // parkIn parks ls's owner in slot i's line: the line's handoff now calls
 // p.Wake, and the slots ls holds are released. It reports claim when a slot
 // was handed to the owner before the watch changed hands (the caller claims
 // it, its slots still held), and parked when the owner is parked: without a
 // subscription nobody would wake it, so it leaves the line instead.
-func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake <-chan struct{}) (claim, parked bool) {
+func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *parking, wake <-chan struct{}) (claim, parked bool) {
 	lim := ls.slots[i].limit
 	w := l.parked.add(ls.owner, lim.home(), p)
-	watched := l.lines.watchPool(ctx, lim, ls.owner, w)
+	watched := l.lines.watchPool(ctx, &lim, ls.owner, w)
 	select {
 	case <-wake:
 		l.parked.cancel(ls.owner)
@@ -205,7 +160,7 @@ func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake
 	}
 	if !watched {
 		l.parked.cancel(ls.owner)
-		l.leaveLine(ls, i)
+		l.undo(ls, i, true, false)
 		return false, false
 	}
 	// Released before returning: the caller's next attempt, with the same
@@ -223,25 +178,25 @@ func (l *Limiter) parkIn(ctx context.Context, ls *Lease, i int, p *Parking, wake
 type parked struct {
 	l      *Limiter
 	mu     sync.Mutex
-	m      map[Owner]*parking
+	m      map[store.Owner]*parkEntry
 	closed bool
 }
 
-type parking struct {
-	pool  PoolID
+type parkEntry struct {
+	pool  store.PoolID
 	w     *lineWaiter
 	timer *time.Timer
 }
 
 func (pk *parked) init(l *Limiter) {
 	pk.l = l
-	pk.m = make(map[Owner]*parking)
+	pk.m = make(map[store.Owner]*parkEntry)
 }
 
 // add parks owner on pool until p.For passes or a handoff wakes it, and
 // returns the waiter to watch the line with.
-func (pk *parked) add(owner Owner, pool PoolID, p *Parking) *lineWaiter {
-	e := &parking{pool: pool, w: &lineWaiter{}}
+func (pk *parked) add(owner store.Owner, pool store.PoolID, p *parking) *lineWaiter {
+	e := &parkEntry{pool: pool, w: &lineWaiter{}}
 	wakeFn := p.Wake
 	e.w.fn = func() { // under the lines' lock: must not block
 		if pk.take(owner, e) {
@@ -272,7 +227,7 @@ func (pk *parked) add(owner Owner, pool PoolID, p *Parking) *lineWaiter {
 }
 
 // take removes e if it is still owner's parking, and reports whether it was.
-func (pk *parked) take(owner Owner, e *parking) bool {
+func (pk *parked) take(owner store.Owner, e *parkEntry) bool {
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	if pk.m[owner] != e {
@@ -286,7 +241,7 @@ func (pk *parked) take(owner Owner, e *parking) bool {
 }
 
 // cancel unparks owner, if parked.
-func (pk *parked) cancel(owner Owner) {
+func (pk *parked) cancel(owner store.Owner) {
 	pk.mu.Lock()
 	e := pk.m[owner]
 	pk.mu.Unlock()
@@ -308,78 +263,12 @@ func (pk *parked) close() {
 	pk.mu.Unlock()
 }
 
-// tryLine queues for ls's slots in order until one refuses, and returns
-// that slot's index (which now holds a ticket), or -1 when every slot is
-// held or skipped by a failing-open store. The slots taken stay held. On
-// an error, every slot is released and the ticket dropped.
-func (l *Limiter) tryLine(ctx context.Context, ls *Lease, order []int, now time.Duration, tk Ticket) (int, error) {
-	for _, i := range order {
-		s := &ls.slots[i]
-		bctx, cancel := l.bound(ctx, l.budgetOf(s.limit))
-		ok, err := l.queueIn(bctx, &s.limit, ls.owner, tk)
-		outOfBudget := bctx.Err() != nil // read before cancel, which ends bctx too
-		cancel()
-		if err != nil {
-			s.held = true // the store may have granted it, or queued
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				l.leaveLine(ls, i)
-				return 0, ctxErr
-			}
-			if outOfBudget {
-				err = &BudgetError{Budget: l.budgetOf(s.limit), Err: err}
-			}
-			l.storeFailed(s.limit, err)
-			if l.failModeOf(s.limit) == FailClosed {
-				l.leaveLine(ls, i)
-				return 0, &StoreError{Limit: s.limit, Err: err}
-			}
-			// A ticket or lease the store may have made expires by itself:
-			// a dequeue sent now could land after this caller's next Queue
-			// of the same pool and undo what that one is granted.
-			s.held = false // runs unguarded for this limit
-			continue
-		}
-		l.storeAnswered(s.limit.home())
-		if !ok {
-			s.held = false
-			return i, nil
-		}
-		s.held = true
-		s.renewAt, s.deadline = now+s.limit.ttl/3, now+s.limit.ttl
-	}
-	return -1, nil
-}
-
-// leaveLine gives up a wait: it releases the slots ls holds and takes its
-// ticket out of the line of slot i (and frees a slot handed to it), in the
-// background, within the budget.
-func (l *Limiter) leaveLine(ls *Lease, i int) {
-	for j := range ls.slots {
-		if s := &ls.slots[j]; s.held && j != i {
-			l.releaseLater(s.limit, ls.owner)
-			s.held = false
-		}
-	}
-	ls.slots[i].held = false
-	l.dequeueLater(ls.slots[i].limit, ls.owner)
-}
-
-// dequeueLater takes owner's ticket out of lim's line in the background,
-// within the budget.
-func (l *Limiter) dequeueLater(lim Limit, owner Owner) {
-	go func() {
-		ctx, cancel := l.bound(context.Background(), l.budgetOf(lim))
-		defer cancel()
-		_ = l.releaseIn(ctx, &lim, owner, true)
-	}()
-}
-
-// lines holds a Limiter's store subscriptions (Notifier), one per pool that
+// lines holds a Limiter's store subscriptions (Notify), one per pool that
 // has waiters, and routes each handoff to the waiter that holds the ticket.
 type lines struct {
 	l      *Limiter
 	mu     sync.Mutex
-	pools  map[PoolID]*line
+	pools  map[store.PoolID]*line
 	closed bool
 }
 
@@ -388,7 +277,7 @@ type line struct {
 	ready   chan struct{} // closed once Notify returned
 	err     error         // Notify's error: the pool's waiters poll
 	stop    func()
-	waiters map[Owner]*lineWaiter
+	waiters map[store.Owner]*lineWaiter
 	idle    *time.Timer // running while the line has no waiter
 }
 
@@ -407,7 +296,7 @@ func signal(ch chan<- struct{}) *lineWaiter {
 
 func (ls *lines) init(l *Limiter) {
 	ls.l = l
-	ls.pools = make(map[PoolID]*line)
+	ls.pools = make(map[store.PoolID]*line)
 }
 
 // watch subscribes ls's owner to the handoffs of each of its pools, and
@@ -415,12 +304,12 @@ func (ls *lines) init(l *Limiter) {
 // waiter must poll. It returns once the store confirmed every subscription,
 // so that no handoff to a ticket taken after it is missed.
 func (ls *lines) watch(ctx context.Context, lease *Lease, w *lineWaiter) bool {
-	if ls.l.notifier == nil {
+	if !ls.l.has(store.Notifications) {
 		return false
 	}
 	all := true
 	for i := range lease.slots {
-		if !ls.watchPool(ctx, lease.slots[i].limit, lease.owner, w) {
+		if !ls.watchPool(ctx, &lease.slots[i].limit, lease.owner, w) {
 			all = false
 		}
 	}
@@ -431,7 +320,7 @@ func (ls *lines) watch(ctx context.Context, lease *Lease, w *lineWaiter) bool {
 // Limiter already watches, at no cost, and reports whether that is all of
 // them.
 func (ls *lines) watchReady(lease *Lease, w *lineWaiter) bool {
-	if ls.l.notifier == nil {
+	if !ls.l.has(store.Notifications) {
 		return false
 	}
 	ls.mu.Lock()
@@ -462,7 +351,7 @@ func (ls *lines) watchReady(lease *Lease, w *lineWaiter) bool {
 	return all
 }
 
-func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, w *lineWaiter) bool {
+func (ls *lines) watchPool(ctx context.Context, lim *Limit, owner store.Owner, w *lineWaiter) bool {
 	ls.mu.Lock()
 	if ls.closed {
 		ls.mu.Unlock()
@@ -471,13 +360,16 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, w *lineW
 	pool := lim.home()
 	ln := ls.pools[pool]
 	if ln == nil {
-		ln = &line{ready: make(chan struct{}), waiters: make(map[Owner]*lineWaiter)}
+		ln = &line{ready: make(chan struct{}), waiters: make(map[store.Owner]*lineWaiter)}
 		ls.pools[pool] = ln
 		ln.waiters[owner] = w
 		ls.mu.Unlock()
-		bctx, cancel := ls.l.bound(ctx, ls.l.budgetOf(lim))
-		stop, err := ls.l.notifier.Notify(bctx, pool, func(g []Owner) { ls.deliver(pool, g) })
-		cancel()
+		var stop func()
+		err := ls.l.run(ctx, ls.l.budgetOf(lim), func(ctx context.Context) error {
+			var err error
+			stop, err = ls.l.store.Notify(ctx, pool, func(g []store.Owner) { ls.deliver(pool, g) })
+			return err
+		})
 		ls.mu.Lock()
 		ln.stop, ln.err = stop, err
 		if err != nil && ls.pools[pool] == ln {
@@ -509,7 +401,7 @@ func (ls *lines) watchPool(ctx context.Context, lim Limit, owner Owner, w *lineW
 // unwatch removes lease's owner from its pools' lines; a line left without
 // waiters is unsubscribed from after lineLinger.
 func (ls *lines) unwatch(lease *Lease, w *lineWaiter) {
-	if ls.l.notifier == nil {
+	if !ls.l.has(store.Notifications) {
 		return
 	}
 	ls.mu.Lock()
@@ -520,7 +412,7 @@ func (ls *lines) unwatch(lease *Lease, w *lineWaiter) {
 }
 
 // unwatchPool removes w from p's line; the caller holds ls.mu.
-func (ls *lines) unwatchPool(p PoolID, owner Owner, w *lineWaiter) {
+func (ls *lines) unwatchPool(p store.PoolID, owner store.Owner, w *lineWaiter) {
 	ln := ls.pools[p]
 	if ln == nil || ln.waiters[owner] != w {
 		return
@@ -532,14 +424,14 @@ func (ls *lines) unwatchPool(p PoolID, owner Owner, w *lineWaiter) {
 }
 
 // unwatchOne removes w from p's line.
-func (ls *lines) unwatchOne(p PoolID, owner Owner, w *lineWaiter) {
+func (ls *lines) unwatchOne(p store.PoolID, owner store.Owner, w *lineWaiter) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.unwatchPool(p, owner, w)
 }
 
 // drop ends the subscription of an idle line.
-func (ls *lines) drop(p PoolID, ln *line) {
+func (ls *lines) drop(p store.PoolID, ln *line) {
 	ls.mu.Lock()
 	if ls.pools[p] != ln || len(ln.waiters) > 0 {
 		ls.mu.Unlock()
@@ -554,7 +446,7 @@ func (ls *lines) drop(p PoolID, ln *line) {
 }
 
 // deliver wakes the waiters handed a slot of p; none named wakes them all.
-func (ls *lines) deliver(p PoolID, granted []Owner) {
+func (ls *lines) deliver(p store.PoolID, granted []store.Owner) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.pools[p]
@@ -579,7 +471,7 @@ func (ls *lines) close() {
 	ls.mu.Lock()
 	ls.closed = true
 	pools := ls.pools
-	ls.pools = make(map[PoolID]*line)
+	ls.pools = make(map[store.PoolID]*line)
 	ls.mu.Unlock()
 	for _, ln := range pools {
 		if ln.idle != nil {

@@ -11,44 +11,49 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
-// lineStore is a memstore that says when a caller first queued, and can
-// fail.
+// lineStore is a memstore that says when a caller first queued (was
+// refused with a ticket), and whose acquires with a ticket can fail.
 type lineStore struct {
 	*memstore.Store
-	queued chan keycap.Owner // each owner's first refused Queue, if not nil
+	queued chan store.Owner // each owner's first refused queued Acquire, if not nil
 	fail   atomic.Bool
 	mu     sync.Mutex
-	seen   map[keycap.Owner]bool
+	seen   map[store.Owner]bool
 }
 
 var errLineDown = errors.New("line store down")
 
-func (s *lineStore) Queue(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration, tk keycap.Ticket) (bool, int, error) {
-	if s.fail.Load() {
-		return false, 0, errLineDown
+func (s *lineStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	if d.Line.TTL == 0 {
+		return s.Store.Acquire(ctx, d)
 	}
-	ok, ahead, err := s.Store.Queue(ctx, p, o, max, ttl, tk)
-	if !ok && s.queued != nil {
+	if s.fail.Load() {
+		return store.Grant{}, errLineDown
+	}
+	g, err := s.Store.Acquire(ctx, d)
+	if !g.Granted && s.queued != nil {
 		s.mu.Lock()
-		first := !s.seen[o]
+		first := !s.seen[d.Owner]
 		if s.seen == nil {
-			s.seen = make(map[keycap.Owner]bool)
+			s.seen = make(map[store.Owner]bool)
 		}
-		s.seen[o] = true
+		s.seen[d.Owner] = true
 		s.mu.Unlock()
 		if first {
 			select {
-			case s.queued <- o:
+			case s.queued <- d.Owner:
 			default:
 			}
 		}
 	}
-	return ok, ahead, err
+	return g, err
 }
 
 func newLineLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) *keycap.Limiter {
@@ -64,9 +69,9 @@ func newLineLimiter(t *testing.T, s keycap.Store, opts ...keycap.Option) *keycap
 // Waiters are served in the order they came, each as soon as the slot
 // before it is released, without polling.
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {
-	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 16)}
+	s := &lineStore{Store: memstore.New(), queued: make(chan store.Owner, 16)}
 	l := newLineLimiter(t, s)
-	lim := keycap.MustLimit("line", "k", 1, keycap.WithWait(10*time.Second))
+	lim := keycap.Spec{Name: "line", Max: 1, Wait: 10 * time.Second}.For("k")
 	holder, err := l.Acquire(context.Background(), lim)
 	if err != nil {
 		t.Fatal(err)
@@ -107,10 +112,10 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 // A fresh Acquire that may not wait is refused while a waiter is in line,
 // even in the instant the slot is free.
 func TestFreshCallersDoNotOvertakeTheLine(t *testing.T) {
-	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 1)}
+	s := &lineStore{Store: memstore.New(), queued: make(chan store.Owner, 1)}
 	l := newLineLimiter(t, s)
-	waiting := keycap.MustLimit("overtake", "k", 1, keycap.WithWait(10*time.Second))
-	now := keycap.MustLimit("overtake", "k", 1)
+	waiting := keycap.Spec{Name: "overtake", Max: 1, Wait: 10 * time.Second}.For("k")
+	now := keycap.Spec{Name: "overtake", Max: 1}.For("k")
 	holder, err := l.Acquire(context.Background(), now)
 	if err != nil {
 		t.Fatal(err)
@@ -144,11 +149,11 @@ func TestFreshCallersDoNotOvertakeTheLine(t *testing.T) {
 // line: the next waiter is served at once, and the event says how long it
 // waited.
 func TestGivingUpLeavesTheLine(t *testing.T) {
-	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 4)}
+	s := &lineStore{Store: memstore.New(), queued: make(chan store.Owner, 4)}
 	rec := &keycaptest.Recorder{}
 	l := newLineLimiter(t, s, keycap.WithObserver(rec))
-	short := keycap.MustLimit("leave", "k", 1, keycap.WithWait(200*time.Millisecond))
-	long := keycap.MustLimit("leave", "k", 1, keycap.WithWait(10*time.Second))
+	short := keycap.Spec{Name: "leave", Max: 1, Wait: 200 * time.Millisecond}.For("k")
+	long := keycap.Spec{Name: "leave", Max: 1, Wait: 10 * time.Second}.For("k")
 	holder, err := l.Acquire(context.Background(), long)
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +210,8 @@ func TestGivingUpLeavesTheLine(t *testing.T) {
 // deadlock: slots are taken in pool order.
 func TestSeveralLinesDoNotDeadlock(t *testing.T) {
 	l := newLineLimiter(t, memstore.New())
-	a := keycap.MustLimit("a", "k", 1, keycap.WithWait(20*time.Second))
-	b := keycap.MustLimit("b", "k", 1, keycap.WithWait(20*time.Second))
+	a := keycap.Spec{Name: "a", Max: 1, Wait: 20 * time.Second}.For("k")
+	b := keycap.Spec{Name: "b", Max: 1, Wait: 20 * time.Second}.For("k")
 	var both atomic.Int32
 	var g testkit.Group
 	for i := range 8 {
@@ -239,10 +244,10 @@ func TestSeveralLinesDoNotDeadlock(t *testing.T) {
 func TestLineFailModes(t *testing.T) {
 	for _, mode := range []keycap.FailMode{keycap.FailClosed, keycap.FailOpen} {
 		t.Run(mode.String(), func(t *testing.T) {
-			s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 1)}
+			s := &lineStore{Store: memstore.New(), queued: make(chan store.Owner, 1)}
 			l := newLineLimiter(t, s)
-			lim := keycap.MustLimit("fail", "k", 1, keycap.WithWait(30*time.Second), keycap.WithFailMode(mode))
-			holder, err := l.Acquire(context.Background(), keycap.MustLimit("fail", "k", 1))
+			lim := keycap.Spec{Name: "fail", Max: 1, Wait: 30 * time.Second, FailMode: mode}.For("k")
+			holder, err := l.Acquire(context.Background(), keycap.Spec{Name: "fail", Max: 1}.For("k"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,13 +283,13 @@ func TestLineFailModes(t *testing.T) {
 // BenchmarkHandoffInProcess: a release → the waiter (another goroutine of
 // the same process) holds the slot, on memstore.
 func BenchmarkHandoffInProcess(b *testing.B) {
-	s := &lineStore{Store: memstore.New(), queued: make(chan keycap.Owner, 1)}
+	s := &lineStore{Store: memstore.New(), queued: make(chan store.Owner, 1)}
 	l, err := keycap.NewLimiter(s)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	lim := keycap.MustLimit("handoff", "k", 1, keycap.WithWait(time.Minute))
+	lim := keycap.Spec{Name: "handoff", Max: 1, Wait: time.Minute}.For("k")
 	rounds := max(b.N, 1000)
 	got := make(chan time.Time)
 	next := make(chan struct{})
@@ -329,14 +334,14 @@ func BenchmarkHandoffInProcess(b *testing.B) {
 func TestParkedCallerIsWokenAndClaims(t *testing.T) {
 	rec := &keycaptest.Recorder{}
 	l := newLineLimiter(t, memstore.New(), keycap.WithObserver(rec))
-	lim := keycap.MustLimit("park", "k", 1)
+	lim := keycap.Spec{Name: "park", Max: 1}.For("k")
 	holder, err := l.Acquire(context.Background(), lim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	woken := make(chan struct{}, 2)
-	p := keycap.Parking{Owner: keycap.OwnerFor("job 1"), For: time.Minute, Claim: time.Minute, Wake: func() { woken <- struct{}{} }}
-	_, err = l.AcquireOrPark(context.Background(), p, lim)
+	p := frontdoor.Parking{Owner: frontdoor.OwnerFor("job 1"), For: time.Minute, Claim: time.Minute, Wake: func() { woken <- struct{}{} }}
+	_, err = frontdoor.AcquireOrPark(context.Background(), l, p, lim)
 	var le *keycap.LimitError
 	if !errors.As(err, &le) || !le.Parked {
 		t.Fatalf("AcquireOrPark on a full pool: %v, want a parked LimitError", err)
@@ -351,7 +356,7 @@ func TestParkedCallerIsWokenAndClaims(t *testing.T) {
 	if _, err := l.Acquire(context.Background(), lim); !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("a fresh caller took the slot handed to the parked one: %v", err)
 	}
-	ls, err := l.AcquireOrPark(context.Background(), p, lim)
+	ls, err := frontdoor.AcquireOrPark(context.Background(), l, p, lim)
 	if err != nil {
 		t.Fatalf("the parked caller's next attempt: %v", err)
 	}
@@ -370,14 +375,14 @@ func TestParkedCallerIsWokenAndClaims(t *testing.T) {
 // expires after For, an unclaimed slot after Claim.
 func TestParkedTicketExpires(t *testing.T) {
 	l := newLineLimiter(t, memstore.New())
-	lim := keycap.MustLimit("park-expiry", "k", 1)
+	lim := keycap.Spec{Name: "park-expiry", Max: 1}.For("k")
 	holder, err := l.Acquire(context.Background(), lim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	woken := make(chan struct{}, 1)
-	p := keycap.Parking{Owner: keycap.OwnerFor("job 2"), For: 300 * time.Millisecond, Claim: 300 * time.Millisecond, Wake: func() { woken <- struct{}{} }}
-	if _, err := l.AcquireOrPark(context.Background(), p, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
+	p := frontdoor.Parking{Owner: frontdoor.OwnerFor("job 2"), For: 300 * time.Millisecond, Claim: 300 * time.Millisecond, Wake: func() { woken <- struct{}{} }}
+	if _, err := frontdoor.AcquireOrPark(context.Background(), l, p, lim); !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatal(err)
 	}
 	holder.Release() // handed to the parked ticket, which never claims it

@@ -204,7 +204,7 @@ func (s slogObserver) Observe(e Event) {
 	attrs := []slog.Attr{slog.String("family", e.Family.String())}
 	if e.Limit.valid() {
 		attrs = append(attrs, slog.String("limit", e.Limit.Name()), slog.Int("max", e.Limit.Max()))
-		if e.Limit.shadow {
+		if e.Limit.spec.Shadow {
 			attrs = append(attrs, slog.Bool("shadow", true))
 		}
 	}

@@ -6,23 +6,11 @@ import (
 	"time"
 )
 
-// Partitioner is a Store whose pools live on several nodes (the masters of a
-// Redis Cluster), any of which can fail alone. Partition names the part of
-// the store that holds a pool: the Limiter tracks an outage per partition, so
-// that one failing node is reported once, however many calls to the others
-// succeed meanwhile. A partition's name must stay the same when the node
-// behind it fails over (a Redis Cluster's slot range, not its master's
-// address). A store that does not implement it is one partition.
-// Implemented by redisstore.
-type Partitioner interface {
-	Partition(pool PoolID) string
-}
-
-// DefaultRecoverAfter is how long a partition of the store must answer
+// defaultRecoverAfter is how long a partition of the store must answer
 // without a single failure before its outage is over, unless
 // WithRecoverAfter says otherwise: a node that fails on and off (a failover,
 // a flapping link) is one outage, reported once.
-const DefaultRecoverAfter = time.Second
+const defaultRecoverAfter = time.Second
 
 // outages tracks the store's outages, one per partition, and decides which
 // failures and successes to report: the first failure of an outage, and the

@@ -2,11 +2,12 @@ package keycap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keycap/keycap/store"
 )
 
 // Override changes one key's limit at run time, on every server that shares
@@ -16,11 +17,11 @@ import (
 type Override struct {
 	Family Family
 	Name   string // the limit's name
-	Key    string // the key, as given to NewLimit
+	Key    string // the key, as given to Spec.For
 	// Max replaces the limit's max; KeepMax (-1) keeps it. 0 refuses the
 	// key. A limit with a parent is never given more than the parent's max.
 	Max int
-	// Share replaces the key's share of its parent (WithShare); 0 keeps it.
+	// Share replaces the key's share of its parent (Spec.Share); 0 keeps it.
 	// Ignored for a limit without a parent.
 	Share int
 	// TTL ends the override by itself after this long; 0 keeps it until it
@@ -28,33 +29,11 @@ type Override struct {
 	TTL time.Duration
 
 	// Pool is the pool of (Family, Name, Key), set by the Limiter.
-	Pool PoolID
+	Pool store.PoolID
 }
 
 // KeepMax is the Max of an Override that changes only the share.
 const KeepMax = -1
-
-// Overrider is a Store that keeps overrides (Override) for every client of
-// the store. Implemented by memstore, pgstore and redisstore; storetest
-// checks it.
-type Overrider interface {
-	// SetOverride stores o (replacing the override of o.Pool), expiring
-	// after o.TTL when it is positive. One round trip.
-	SetOverride(ctx context.Context, o Override) error
-	// DeleteOverride removes the override of pool, if there is one.
-	DeleteOverride(ctx context.Context, pool PoolID) error
-	// Overrides returns the overrides in force, with their time left, and
-	// the version of the set: a number that changes with every
-	// SetOverride and DeleteOverride. When the version is still since, it
-	// returns it with no list, reading only the version: one cheap round
-	// trip. An expired override is left out (and does not change the
-	// version: clients expire it by its TTL).
-	Overrides(ctx context.Context, since uint64) (version uint64, list []Override, err error)
-}
-
-// ErrNoOverrider is returned by the Limiter's override methods on a store
-// that keeps no overrides.
-var ErrNoOverrider = errors.New("keycap: the store keeps no overrides (keycap.Overrider)")
 
 // DefaultOverrideRefresh is how often a Limiter built WithOverrides reads
 // the store's overrides, unless told otherwise.
@@ -66,7 +45,8 @@ const DefaultOverrideRefresh = time.Second
 // DefaultOverrideRefresh), so the hot path pays no round trip, only a map
 // lookup while any override is set; an override set on any server takes
 // effect here within refresh plus the decision budget (and at once when set
-// through this Limiter). The store must be an Overrider.
+// through this Limiter). The store must keep overrides (memstore,
+// redisstore, pgstore): NewLimiter fails on another.
 func WithOverrides(refresh time.Duration) Option {
 	return Option{func(l *Limiter) {
 		if refresh == 0 {
@@ -79,7 +59,6 @@ func WithOverrides(refresh time.Duration) Option {
 // override is a Limiter's copy of the store's overrides.
 type override struct {
 	l       *Limiter
-	store   Overrider
 	refresh time.Duration
 	set     atomic.Pointer[overrideSet] // nil or empty: no override
 
@@ -91,7 +70,7 @@ type override struct {
 }
 
 type overrideSet struct {
-	m map[PoolID]overrideEntry
+	m map[store.PoolID]overrideEntry
 }
 
 type overrideEntry struct {
@@ -103,11 +82,10 @@ func (v *override) init(l *Limiter) error {
 	if v.refresh < time.Millisecond {
 		return &InvalidLimitError{Field: "override refresh", Value: v.refresh.String(), Reason: "must be at least 1ms"}
 	}
-	st, ok := l.store.(Overrider)
-	if !ok {
-		return fmt.Errorf("keycap: WithOverrides: %w; %T does not", ErrNoOverrider, l.store)
+	if err := l.need(store.Overrides); err != nil {
+		return fmt.Errorf("keycap: WithOverrides: %w", err)
 	}
-	v.l, v.store = l, st
+	v.l = l
 	v.stop, v.done = make(chan struct{}), make(chan struct{})
 	go v.loop()
 	return nil
@@ -137,7 +115,8 @@ func (v *override) close() {
 
 // overridesLimit names the overrides to the outage accounting of a store of
 // one partition.
-var overridesLimit = Limit{name: "overrides", max: 1, ttl: DefaultTTL, family: familyInternal, pool: PoolIDOf(familyInternal, "overrides", "")}
+var overridesLimit = Limit{spec: Spec{Name: "overrides", Max: 1, TTL: DefaultTTL, Family: familyInternal},
+	pool: store.PoolOf(store.Internal, "overrides", "")}
 
 // callOverrides runs op, a call to the store's overrides, within the
 // Limiter's decision budget. On a store of one partition it counts in the
@@ -147,22 +126,10 @@ var overridesLimit = Limit{name: "overrides", max: 1, ttl: DefaultTTL, family: f
 // not end their outage. The background reload retries at the next
 // refresh; a caller of SetOverride gets the error.
 func (l *Limiter) callOverrides(ctx context.Context, op func(ctx context.Context) error) error {
-	if l.parts == nil {
-		return l.Call(ctx, overridesLimit, op)
+	if !l.has(store.Partitions) {
+		return l.call(ctx, &overridesLimit, op)
 	}
-	bctx, cancel := l.bound(ctx, l.budget)
-	err := op(bctx)
-	bctxErr := bctx.Err()
-	cancel()
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case bctxErr != nil:
-		return &BudgetError{Budget: l.budget, Err: err}
-	}
-	return err
+	return l.run(ctx, l.budget, op)
 }
 
 // load reads the store's overrides if they changed since the last load.
@@ -170,10 +137,10 @@ func (v *override) load(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var version uint64
-	var list []Override
+	var list []store.Override
 	err := v.l.callOverrides(ctx, func(ctx context.Context) error {
 		var err error
-		version, list, err = v.store.Overrides(ctx, v.version)
+		version, list, err = v.l.store.Overrides(ctx, v.version)
 		return err
 	})
 	if err != nil {
@@ -183,8 +150,9 @@ func (v *override) load(ctx context.Context) error {
 		return nil
 	}
 	now := v.l.now()
-	set := &overrideSet{m: make(map[PoolID]overrideEntry, len(list))}
-	for _, o := range list {
+	set := &overrideSet{m: make(map[store.PoolID]overrideEntry, len(list))}
+	for _, so := range list {
+		o := fromStore(so)
 		e := overrideEntry{o: o}
 		if o.TTL > 0 {
 			e.until = now + o.TTL
@@ -194,6 +162,20 @@ func (v *override) load(ctx context.Context) error {
 	v.version, v.loaded = version, true
 	v.set.Store(set)
 	return nil
+}
+
+// applyOne returns lim with the override of its pool applied, if one is in
+// force.
+func (v *override) applyOne(lim *Limit) Limit {
+	set := v.set.Load()
+	if set == nil || len(set.m) == 0 {
+		return *lim
+	}
+	e, ok := set.m[lim.pool]
+	if !ok || (e.until != 0 && v.l.now() >= e.until) {
+		return *lim
+	}
+	return e.o.applyTo(*lim)
 }
 
 // apply returns limits with the overrides in force applied: limits itself
@@ -223,22 +205,21 @@ func (v *override) apply(limits []Limit) []Limit {
 // limit then refuses at once, as a max of 0 does, rather than wait for room
 // that can never be. A minimum above the new max is lowered to it.
 func (o Override) applyTo(lim Limit) Limit {
+	sp := &lim.spec
 	if o.Max >= 0 {
-		lim.max = o.Max
-		if lim.share != nil {
-			lim.max = min(lim.max, lim.share.parent.max)
+		sp.Max = o.Max
+		if sp.Parent != nil {
+			sp.Max = min(sp.Max, sp.Parent.max)
 		}
-		if lim.weight > lim.max {
-			lim.max = 0
+		if sp.Weight > sp.Max {
+			sp.Max = 0
 		}
 	}
-	if lim.share != nil && (o.Share > 0 || lim.share.min > lim.max) {
-		s := *lim.share
+	if sp.Parent != nil {
 		if o.Share > 0 {
-			s.share = o.Share
+			sp.Share = o.Share
 		}
-		s.min = min(s.min, lim.max)
-		lim.share = &s
+		sp.Minimum = min(sp.Minimum, sp.Max)
 	}
 	return lim
 }
@@ -249,7 +230,7 @@ func (l *Limiter) Overridden(lim Limit) Limit {
 	if l.ov == nil {
 		return lim
 	}
-	return l.ov.apply([]Limit{lim})[0]
+	return l.ov.applyOne(&lim)
 }
 
 // check validates an override for the store.
@@ -268,22 +249,31 @@ func (o *Override) check() error {
 	case o.TTL < 0:
 		return &InvalidLimitError{Field: "ttl", Value: o.TTL.String(), Reason: "must be at least 0"}
 	}
-	o.Pool = PoolIDOf(o.Family, o.Name, o.Key)
+	o.Pool = store.PoolOf(byte(o.Family), o.Name, o.Key)
 	return nil
+}
+
+// toStore returns o as a store keeps it.
+func (o Override) toStore() store.Override {
+	return store.Override{Pool: o.Pool, Family: uint8(o.Family), Name: o.Name, Key: o.Key, Max: o.Max, Share: o.Share, TTL: o.TTL}
+}
+
+// fromStore returns the override a store kept.
+func fromStore(o store.Override) Override {
+	return Override{Pool: o.Pool, Family: Family(o.Family), Name: o.Name, Key: o.Key, Max: o.Max, Share: o.Share, TTL: o.TTL}
 }
 
 // SetOverride stores o in the store, for every Limiter of the store built
 // WithOverrides, and applies it here at once when this one is. The store
-// must be an Overrider.
+// must keep overrides (else the error matches ErrNotSupported).
 func (l *Limiter) SetOverride(ctx context.Context, o Override) error {
-	st, ok := l.store.(Overrider)
-	if !ok {
-		return ErrNoOverrider
+	if err := l.need(store.Overrides); err != nil {
+		return err
 	}
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := l.callOverrides(ctx, func(ctx context.Context) error { return st.SetOverride(ctx, o) }); err != nil {
+	if err := l.callOverrides(ctx, func(ctx context.Context) error { return l.store.SetOverride(ctx, o.toStore()) }); err != nil {
 		return err
 	}
 	return l.reloadOverrides(ctx)
@@ -292,12 +282,11 @@ func (l *Limiter) SetOverride(ctx context.Context, o Override) error {
 // ResetOverride removes the override of (f, name, key): the limit's own
 // values apply again, here at once, elsewhere within the refresh.
 func (l *Limiter) ResetOverride(ctx context.Context, f Family, name, key string) error {
-	st, ok := l.store.(Overrider)
-	if !ok {
-		return ErrNoOverrider
+	if err := l.need(store.Overrides); err != nil {
+		return err
 	}
-	pool := PoolIDOf(f, name, key)
-	if err := l.callOverrides(ctx, func(ctx context.Context) error { return st.DeleteOverride(ctx, pool) }); err != nil {
+	pool := store.PoolOf(byte(f), name, key)
+	if err := l.callOverrides(ctx, func(ctx context.Context) error { return l.store.DeleteOverride(ctx, pool) }); err != nil {
 		return err
 	}
 	return l.reloadOverrides(ctx)
@@ -306,17 +295,20 @@ func (l *Limiter) ResetOverride(ctx context.Context, f Family, name, key string)
 // Overrides returns the overrides in force in the store, with their time
 // left.
 func (l *Limiter) Overrides(ctx context.Context) ([]Override, error) {
-	st, ok := l.store.(Overrider)
-	if !ok {
-		return nil, ErrNoOverrider
+	if err := l.need(store.Overrides); err != nil {
+		return nil, err
 	}
-	var list []Override
+	var list []store.Override
 	err := l.callOverrides(ctx, func(ctx context.Context) error {
 		var err error
-		_, list, err = st.Overrides(ctx, 0)
+		_, list, err = l.store.Overrides(ctx, 0)
 		return err
 	})
-	return list, err
+	out := make([]Override, len(list))
+	for i, o := range list {
+		out[i] = fromStore(o)
+	}
+	return out, err
 }
 
 func (l *Limiter) reloadOverrides(ctx context.Context) error {

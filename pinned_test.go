@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/internal/testhook"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestDoPinnedReportsAsALease runs Do through each of its outcomes twice:
 // on memstore, where its slot is pinned and no Lease is made, and on the
-// same store with its Pinner hidden, where Do takes a Lease. Both must
+// same store with its Pinned feature hidden, where Do takes a Lease. Both must
 // return the same errors, send the same events in the same order, run fn
 // the same way and leave the pool free.
 func TestDoPinnedReportsAsALease(t *testing.T) {
@@ -70,7 +72,7 @@ func TestDoPinnedReportsAsALease(t *testing.T) {
 		}},
 		{"observer-panics", func(t *testing.T, l *keycap.Limiter, lim keycap.Limit) (o outcome) {
 			defer func() { o.err = fmt.Sprint(recover()) }()
-			panicky := limit(t, lim.Name(), lim.Key(), 1, keycap.WithTTL(time.Hour)) // the observer panics on its SlotAcquired
+			panicky := limit(t, keycap.Spec{Name: lim.Name(), Max: 1, TTL: time.Hour}, lim.Key()) // the observer panics on its SlotAcquired
 			_ = l.Do(context.Background(), func(context.Context) error { o.ran = true; return nil }, panicky)
 			return o
 		}},
@@ -91,7 +93,7 @@ func TestDoPinnedReportsAsALease(t *testing.T) {
 				rec := &keycaptest.Recorder{}
 				obs := keycap.ObserverFunc(func(e keycap.Event) {
 					rec.Observe(e)
-					if e.Kind == keycap.SlotAcquired && e.Limit.TTL() == time.Hour {
+					if e.Kind == keycap.SlotAcquired && e.Limit.Spec().TTL == time.Hour {
 						panic("observer")
 					}
 				})
@@ -100,7 +102,7 @@ func TestDoPinnedReportsAsALease(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = l.Close() })
-				lim := limit(t, "pin", "k", 1)
+				lim := limit(t, keycap.Spec{Name: "pin", Max: 1}, "k")
 				got[i] = sc.run(t, l, lim)
 				for _, e := range rec.Events() {
 					if e.Kind == keycap.SlotReleased && e.Held <= 0 {
@@ -129,27 +131,29 @@ func TestDoPinsOnlyWhatItCan(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		opts    []keycap.Option
-		limit   []keycap.LimitOption
-		two     bool // a second limit beside it
-		shadow  bool // look in the shadow pools
+		limit   keycap.Spec // beside Name, Max and TTL
+		two     bool        // a second limit beside it
+		shadow  bool        // look in the shadow pools
 		pinned  bool
 		inspect bool
 	}{
 		{name: "plain", pinned: true},
-		{name: "wait", limit: []keycap.LimitOption{keycap.WithWait(time.Second)}},
-		{name: "weight", limit: []keycap.LimitOption{keycap.WithWeight(2)}},
-		{name: "shadow-limit", limit: []keycap.LimitOption{keycap.WithShadow()}, shadow: true},
+		{name: "wait", limit: keycap.Spec{Wait: time.Second}},
+		{name: "weight", limit: keycap.Spec{Weight: 2}},
+		{name: "shadow-limit", limit: keycap.Spec{Shadow: true}, shadow: true},
 		{name: "shadow-mode", opts: []keycap.Option{keycap.WithShadowMode()}, shadow: true},
 		{name: "two-limits", two: true},
 		{name: "inspection", opts: []keycap.Option{keycap.WithInspection(keycap.InspectOptions{})}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var now atomic.Int64
-			s := memstore.New(memstore.WithClock(func() time.Duration { return time.Duration(now.Load()) }))
+			s := memstore.New(testhook.MemstoreClock(func() time.Duration { return time.Duration(now.Load()) }).(memstore.Option))
 			l, _ := newLimiter(t, s, tc.opts...)
-			limits := []keycap.Limit{limit(t, "pins", "k", 4, append([]keycap.LimitOption{keycap.WithTTL(ttl)}, tc.limit...)...)}
+			spec := tc.limit
+			spec.Name, spec.Max, spec.TTL = "pins", 4, ttl
+			limits := []keycap.Limit{limit(t, spec, "k")}
 			if tc.two {
-				limits = append(limits, limit(t, "pins", "other", 4, keycap.WithTTL(ttl)))
+				limits = append(limits, limit(t, keycap.Spec{Name: "pins", Max: 4, TTL: ttl}, "other"))
 			}
 			err := l.Do(context.Background(), func(context.Context) error {
 				now.Add(int64(time.Second))
@@ -177,23 +181,18 @@ func TestDoPinsOnlyWhatItCan(t *testing.T) {
 	}
 }
 
-// leasedFaults is faultStore over memstore, which never blocks;
-// pinnedFaults is the same with memstore's Pinner, whose AcquirePinned
-// fails while fail is set, as Acquire does.
+// leasedFaults is faultStore over memstore, which never blocks (InProcess);
+// pinnedFaults is the same with memstore's Pinned feature, whose pinned
+// Acquire fails while fail is set, as any Acquire of faultStore does.
 type leasedFaults struct{ *faultStore }
 
-func (leasedFaults) NonBlocking() {}
+func (leasedFaults) Features() store.Features { return store.InProcess }
 
 type pinnedFaults struct{ leasedFaults }
 
-func (f pinnedFaults) AcquirePinned(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	if f.fail.Load() {
-		return false, errDown
-	}
-	return f.Store.(keycap.Pinner).AcquirePinned(ctx, p, o, max, ttl)
-}
+func (pinnedFaults) Features() store.Features { return store.InProcess | store.Pinned }
 
-// TestDoPinnedFailures runs Do on a Pinner that fails, pinned and leased:
+// TestDoPinnedFailures runs Do on a store that pins and fails, pinned and leased:
 // an acquire that fails open runs fn unguarded and one that fails closed
 // returns a *StoreError, with the same events either way; a release that
 // fails is retried until the store answers again.
@@ -209,7 +208,7 @@ func TestDoPinnedFailures(t *testing.T) {
 			l, rec := newLimiter(t, s)
 			f.fail.Store(true)
 			ran := false
-			err := l.Do(context.Background(), func(context.Context) error { ran = true; return nil }, limit(t, "fail", "k", 1, keycap.WithFailMode(mode)))
+			err := l.Do(context.Background(), func(context.Context) error { ran = true; return nil }, limit(t, keycap.Spec{Name: "fail", Max: 1, FailMode: mode}, "k"))
 			var kinds []string
 			for _, e := range rec.Events() {
 				kinds = append(kinds, e.Kind.String())
@@ -228,7 +227,7 @@ func TestDoPinnedFailures(t *testing.T) {
 	// answers again.
 	f := newFaultStore()
 	l, rec := newLimiter(t, pinnedFaults{leasedFaults{f}})
-	lim := limit(t, "fail", "release", 1)
+	lim := limit(t, keycap.Spec{Name: "fail", Max: 1}, "release")
 	if err := l.Do(context.Background(), func(context.Context) error { f.fail.Store(true); return nil }, lim); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func TestDoPinnedObserverPanicOnRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	lim := limit(t, "recover", "k", 1)
+	lim := limit(t, keycap.Spec{Name: "recover", Max: 1}, "k")
 	f.fail.Store(true)
 	_ = l.Do(context.Background(), func(context.Context) error { return nil }, lim) // opens the outage
 	f.fail.Store(false)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/keycap/keycap/store"
 )
 
 // maxPendingReleases bounds the releases a Limiter retries: past it, a
@@ -18,7 +20,7 @@ const maxPendingReleases = 100_000
 // or its lease would have expired anyway.
 type releaser struct {
 	l     *Limiter
-	async AsyncReleaser // nil: releases wait for the store
+	async bool // the store releases without its caller waiting (store.AsyncRelease)
 
 	// Releases sent with ReleaseAsync and not answered yet: Close waits for
 	// them.
@@ -38,13 +40,13 @@ type releaser struct {
 
 type pendingRelease struct {
 	limit Limit
-	owner Owner
+	owner store.Owner
 	until time.Duration // when the lease expires in the store: no use retrying after
 }
 
 func (r *releaser) init(l *Limiter) {
 	r.l = l
-	r.async, _ = l.store.(AsyncReleaser)
+	r.async = l.has(store.AsyncRelease)
 	r.wake = make(chan struct{}, 1)
 	r.stop = make(chan struct{})
 	r.done = make(chan struct{})
@@ -52,7 +54,7 @@ func (r *releaser) init(l *Limiter) {
 
 // retry queues a failed release of owner's lease of lim, which expires in
 // the store at until.
-func (r *releaser) retry(lim Limit, owner Owner, until time.Duration) {
+func (r *releaser) retry(lim Limit, owner store.Owner, until time.Duration) {
 	r.mu.Lock()
 	if r.stopped || len(r.pending) >= maxPendingReleases {
 		r.mu.Unlock()
@@ -110,15 +112,10 @@ func (r *releaser) flush() bool {
 		if now >= p.until {
 			continue // expired in the store by now
 		}
-		ctx, cancel := l.bound(context.Background(), l.budgetOf(p.limit))
-		err := l.releaseIn(ctx, &p.limit, p.owner, false)
-		cancel()
-		if err != nil {
-			l.storeFailed(p.limit, err)
+		if err := l.release(context.Background(), &p.limit, p.owner, false); err != nil {
 			again = append(again, batch[i:]...)
 			break
 		}
-		l.storeAnswered(p.limit.home())
 		l.waiters.wake(p.limit.pool)
 	}
 	r.mu.Lock()
@@ -130,16 +127,16 @@ func (r *releaser) flush() bool {
 // send frees owner's slot of lim, which expires in the store at until,
 // without waiting for the store's answer: a failure is retried as one that
 // was waited for, and local waiters are woken once the slot is free.
-func (r *releaser) send(lim Limit, owner Owner, until time.Duration) {
+func (r *releaser) send(lim Limit, owner store.Owner, until time.Duration) {
 	l := r.l
-	budget := l.budgetOf(lim)
+	budget := l.budgetOf(&lim)
 	r.inflightMu.Lock()
 	r.inflight++
 	r.due = max(r.due, l.now()+budget)
 	r.inflightMu.Unlock()
-	r.async.ReleaseAsync(lim.pool, owner, budget, func(err error) {
+	l.store.ReleaseAsync(lim.demand(owner), budget, func(err error) {
 		if err != nil {
-			l.storeFailed(lim, err)
+			l.storeFailed(&lim, err)
 			r.retry(lim, owner, until)
 		} else {
 			l.storeAnswered(lim.home())

@@ -7,13 +7,16 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
-// silentReleaser is a store that breaks AsyncReleaser's word: it never
+// silentReleaser is a store that breaks AsyncRelease's word: it never
 // answers a release.
 type silentReleaser struct{ *memstore.Store }
 
-func (silentReleaser) ReleaseAsync(keycap.PoolID, keycap.Owner, time.Duration, func(error)) {}
+func (s silentReleaser) Features() store.Features { return s.Store.Features() | store.AsyncRelease }
+
+func (silentReleaser) ReleaseAsync(store.Demand, time.Duration, func(error)) {}
 
 // TestCloseBoundedWhenAReleaseIsNeverAnswered: Close waits for the releases
 // in flight no longer than their budget and a second, even if the store
@@ -25,7 +28,7 @@ func TestCloseBoundedWhenAReleaseIsNeverAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, err := l.Acquire(context.Background(), keycap.MustLimit("silent", "k", 1))
+	ls, err := l.Acquire(context.Background(), keycap.Spec{Name: "silent", Max: 1}.For("k"))
 	if err != nil {
 		t.Fatal(err)
 	}

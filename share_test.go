@@ -3,39 +3,49 @@ package keycap_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
-func TestWeightAndParentOptionsAreChecked(t *testing.T) {
+func TestWeightAndParentFieldsAreChecked(t *testing.T) {
 	parent := keycap.MustParent("exports", 10)
 	for _, tc := range []struct {
 		name  string
-		max   int
-		opts  []keycap.LimitOption
+		spec  keycap.Spec
 		field string
 	}{
-		{"weight above max", 3, []keycap.LimitOption{keycap.WithWeight(4)}, "weight"},
-		{"weight zero", 3, []keycap.LimitOption{keycap.WithWeight(0)}, "weight"},
-		{"child above its parent", 11, []keycap.LimitOption{keycap.WithParent(parent)}, "max"},
-		{"share without a parent", 3, []keycap.LimitOption{keycap.WithShare(2)}, "share"},
-		{"minimum without a parent", 3, []keycap.LimitOption{keycap.WithMinimum(1)}, "minimum"},
-		{"share zero", 3, []keycap.LimitOption{keycap.WithParent(parent), keycap.WithShare(0)}, "share"},
-		{"minimum above max", 3, []keycap.LimitOption{keycap.WithParent(parent), keycap.WithMinimum(4)}, "minimum"},
-		{"zero parent", 3, []keycap.LimitOption{keycap.WithParent(keycap.Parent{})}, "parent"},
+		{"weight above max", keycap.Spec{Max: 3, Weight: 4}, "Weight"},
+		{"negative weight", keycap.Spec{Max: 3, Weight: -1}, "Weight"},
+		{"child above its parent", keycap.Spec{Max: 11, Parent: parent}, "Max"},
+		{"share without a parent", keycap.Spec{Max: 3, Share: 2}, "Share"},
+		{"minimum without a parent", keycap.Spec{Max: 3, Minimum: 1}, "Minimum"},
+		{"negative share", keycap.Spec{Max: 3, Parent: parent, Share: -1}, "Share"},
+		{"minimum above max", keycap.Spec{Max: 3, Parent: parent, Minimum: 4}, "Minimum"},
+		{"zero parent", keycap.Spec{Max: 3, Parent: &keycap.Parent{}}, "Parent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := keycap.NewLimit("l", "k", tc.max, tc.opts...)
+			tc.spec.Name = "l"
+			err := tc.spec.Validate()
 			var ie *keycap.InvalidLimitError
 			if !errors.As(err, &ie) || ie.Field != tc.field {
-				t.Fatalf("NewLimit: %v, want an InvalidLimitError on %q", err, tc.field)
+				t.Fatalf("Validate: %v, want an InvalidLimitError on %q", err, tc.field)
 			}
 		})
+	}
+	// A weight or a share of 0 is now the default, 1.
+	for _, sp := range []keycap.Spec{{Name: "l", Max: 3, Weight: 0}, {Name: "l", Max: 3, Parent: parent, Share: 0}} {
+		if err := sp.Validate(); err != nil {
+			t.Errorf("%+v: %v, want valid (0 is 1)", sp, err)
+		}
+		if got := sp.For("k").Spec(); got.Weight != 1 || (sp.Parent != nil && got.Share != 1) {
+			t.Errorf("%+v: weight %d share %d, want 1", sp, got.Weight, got.Share)
+		}
 	}
 	if _, err := keycap.NewParent("", 3); err == nil {
 		t.Error("NewParent accepted an empty name")
@@ -43,19 +53,21 @@ func TestWeightAndParentOptionsAreChecked(t *testing.T) {
 	if _, err := keycap.NewParent("p", 0); err == nil {
 		t.Error("NewParent accepted max 0")
 	}
-	lim := keycap.MustLimit("l", "k", 5, keycap.WithParent(parent), keycap.WithWeight(2), keycap.WithShare(3), keycap.WithMinimum(1))
-	if p, ok := lim.Parent(); !ok || p.Name() != "exports" || lim.Weight() != 2 || lim.Share() != 3 || lim.Minimum() != 1 {
-		t.Errorf("accessors: %v %v weight %d share %d min %d", p, ok, lim.Weight(), lim.Share(), lim.Minimum())
+	lim := keycap.Spec{Name: "l", Max: 5, Parent: parent, Weight: 2, Share: 3, Minimum: 1}.For("k")
+	if sp := lim.Spec(); sp.Parent == nil || sp.Parent.Name() != "exports" || sp.Weight != 2 || sp.Share != 3 || sp.Minimum != 1 {
+		t.Errorf("spec: %v weight %d share %d min %d", sp.Parent, sp.Weight, sp.Share, sp.Minimum)
 	}
-	if plain := keycap.MustLimit("l", "k", 5); plain.Weight() != 1 || plain.Share() != 1 || plain.Minimum() != 0 {
-		t.Errorf("a plain limit: weight %d share %d min %d", plain.Weight(), plain.Share(), plain.Minimum())
+	// A plain limit's spec: weight 1, no parent, so no share (0) and no
+	// minimum.
+	if plain := (keycap.Spec{Name: "l", Max: 5}).For("k").Spec(); plain.Parent != nil || plain.Weight != 1 || plain.Share != 0 || plain.Minimum != 0 {
+		t.Errorf("a plain limit: parent %v weight %d share %d min %d", plain.Parent, plain.Weight, plain.Share, plain.Minimum)
 	}
 }
 
 func TestWeightedLeasesShareAPool(t *testing.T) {
 	l, rec := newLimiter(t, memstore.New())
-	export := keycap.MustLimit("api", "acme", 4, keycap.WithWeight(3))
-	read := keycap.MustLimit("api", "acme", 4)
+	export := keycap.Spec{Name: "api", Max: 4, Weight: 3}.For("acme")
+	read := keycap.Spec{Name: "api", Max: 4}.For("acme")
 	e, err := l.Acquire(context.Background(), export)
 	if err != nil {
 		t.Fatal(err)
@@ -82,36 +94,34 @@ func TestWeightedLeasesShareAPool(t *testing.T) {
 func TestSharedLimitsNeedAStoreThatKeepsThem(t *testing.T) {
 	l, _ := newLimiter(t, plainStore{memstore.New()})
 	for _, lim := range []keycap.Limit{
-		keycap.MustLimit("l", "k", 3, keycap.WithWeight(2)),
-		keycap.MustLimit("l", "k", 3, keycap.WithParent(keycap.MustParent("p", 3))),
+		keycap.Spec{Name: "l", Max: 3, Weight: 2}.For("k"),
+		keycap.Spec{Name: "l", Max: 3, Parent: keycap.MustParent("p", 3)}.For("k"),
 	} {
 		_, err := l.Acquire(context.Background(), lim)
-		if !errors.Is(err, keycap.ErrInvalidLimit) || !strings.Contains(err.Error(), "does not keep") {
-			t.Errorf("Acquire on a store that is no Sharer: %v", err)
+		var nse *store.NotSupportedError
+		if !errors.Is(err, keycap.ErrNotSupported) || !errors.As(err, &nse) || nse.Feature != store.Shares {
+			t.Errorf("Acquire on a store without shares: %v, want ErrNotSupported naming shares", err)
 		}
 	}
 	l2, _ := newLimiter(t, memstore.New())
 	p := keycap.MustParent("p", 3)
-	_, err := l2.Acquire(context.Background(), keycap.MustLimit("a", "k", 3, keycap.WithParent(p)), keycap.MustLimit("b", "k", 3, keycap.WithParent(p)))
+	_, err := l2.Acquire(context.Background(), keycap.Spec{Name: "a", Max: 3, Parent: p}.For("k"), keycap.Spec{Name: "b", Max: 3, Parent: p}.For("k"))
 	if !errors.Is(err, keycap.ErrInvalidLimit) {
 		t.Errorf("two limits of one parent in one Acquire: %v", err)
 	}
-	if _, err := l2.AcquireAs(context.Background(), "m", keycap.MustLimit("a", "k", 3, keycap.WithWeight(2))); !errors.Is(err, keycap.ErrInvalidLimit) {
-		t.Errorf("AcquireAs with a weight: %v", err)
+	if _, err := frontdoor.AcquireMember(context.Background(), l2, "m", keycap.Spec{Name: "a", Max: 3, Weight: 2}.For("k")); !errors.Is(err, keycap.ErrInvalidLimit) {
+		t.Errorf("AcquireMember with a weight: %v", err)
 	}
 }
-
-// plainStore hides every optional interface of its store.
-type plainStore struct{ keycap.Store }
 
 // TestWaiterOfAnotherKeyIsWokenByTheParent: a waiter of one key is handed
 // the slot another key of the parent releases, at once.
 func TestWaiterOfAnotherKeyIsWokenByTheParent(t *testing.T) {
-	store := &queueSignal{Store: memstore.New(), queued: make(chan struct{}, 10)}
-	l, _ := newLimiter(t, store)
+	st := &queueSignal{Store: memstore.New(), queued: make(chan struct{}, 10)}
+	l, _ := newLimiter(t, st)
 	p := keycap.MustParent("total", 2)
-	a := keycap.MustLimit("per-tenant", "a", 2, keycap.WithParent(p))
-	b := keycap.MustLimit("per-tenant", "b", 2, keycap.WithParent(p), keycap.WithWait(10*time.Second))
+	a := keycap.Spec{Name: "per-tenant", Max: 2, Parent: p}.For("a")
+	b := keycap.Spec{Name: "per-tenant", Max: 2, Parent: p, Wait: 10 * time.Second}.For("b")
 	var held []*keycap.Lease
 	for range 2 {
 		ls, err := l.Acquire(context.Background(), a)
@@ -120,7 +130,7 @@ func TestWaiterOfAnotherKeyIsWokenByTheParent(t *testing.T) {
 		}
 		held = append(held, ls)
 	}
-	if _, err := l.Acquire(context.Background(), keycap.MustLimit("per-tenant", "c", 2, keycap.WithParent(p))); !errors.Is(err, keycap.ErrLimitExceeded) {
+	if _, err := l.Acquire(context.Background(), keycap.Spec{Name: "per-tenant", Max: 2, Parent: p}.For("c")); !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("a third key with the parent full: %v", err)
 	}
 	got := make(chan error, 1)
@@ -132,7 +142,7 @@ func TestWaiterOfAnotherKeyIsWokenByTheParent(t *testing.T) {
 		got <- err
 	}()
 	select {
-	case <-store.queued: // b holds a ticket in its line
+	case <-st.queued: // b holds a ticket in its line
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter of b did not queue within 5s")
 	}
@@ -152,21 +162,22 @@ func TestWaiterOfAnotherKeyIsWokenByTheParent(t *testing.T) {
 	held[1].Release()
 }
 
-// queueSignal signals each refused AcquireDemand that left a ticket.
+// queueSignal signals each refused Acquire of a shared demand that left a
+// ticket.
 type queueSignal struct {
 	*memstore.Store
 	queued chan struct{}
 }
 
-func (q *queueSignal) AcquireDemand(ctx context.Context, d keycap.Demand, tk *keycap.Ticket) (bool, int, error) {
-	ok, ahead, err := q.Store.AcquireDemand(ctx, d, tk)
-	if !ok && err == nil && tk != nil {
+func (q *queueSignal) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	g, err := q.Store.Acquire(ctx, d)
+	if !g.Granted && err == nil && d.Line.TTL > 0 && !d.Plain() {
 		select {
 		case q.queued <- struct{}{}:
 		default:
 		}
 	}
-	return ok, ahead, err
+	return g, err
 }
 
 // TestParentLeaseIsRenewed: the Limiter's renewals keep a lease of a
@@ -175,8 +186,8 @@ func TestParentLeaseIsRenewed(t *testing.T) {
 	l, rec := newLimiter(t, memstore.New())
 	p := keycap.MustParent("renewed", 3)
 	for _, lim := range []keycap.Limit{
-		keycap.MustLimit("kid", "a", 3, keycap.WithParent(p), keycap.WithWeight(3), keycap.WithTTL(150*time.Millisecond)),
-		keycap.MustLimit("weighted", "a", 3, keycap.WithWeight(3), keycap.WithTTL(150*time.Millisecond)),
+		keycap.Spec{Name: "kid", Max: 3, Parent: p, Weight: 3, TTL: 150 * time.Millisecond}.For("a"),
+		keycap.Spec{Name: "weighted", Max: 3, Weight: 3, TTL: 150 * time.Millisecond}.For("a"),
 	} {
 		ls, err := l.Acquire(context.Background(), lim)
 		if err != nil {
@@ -188,7 +199,7 @@ func TestParentLeaseIsRenewed(t *testing.T) {
 			t.Fatalf("%s: lease lost", lim)
 		default:
 		}
-		probe := keycap.MustLimit(lim.Name(), "a", 3, append([]keycap.LimitOption{keycap.WithTTL(time.Second)}, parentOf(lim)...)...)
+		probe := keycap.Spec{Name: lim.Name(), Max: 3, TTL: time.Second, Parent: lim.Spec().Parent}.For("a")
 		if _, err := l.Acquire(context.Background(), probe); !errors.Is(err, keycap.ErrLimitExceeded) {
 			t.Fatalf("%s: a probe got in beside a renewed lease of weight 3: %v", lim, err)
 		}
@@ -199,22 +210,15 @@ func TestParentLeaseIsRenewed(t *testing.T) {
 	}
 }
 
-func parentOf(lim keycap.Limit) []keycap.LimitOption {
-	if p, ok := lim.Parent(); ok {
-		return []keycap.LimitOption{keycap.WithParent(p)}
-	}
-	return nil
-}
-
 // TestKeptSlotPassesOnAfterTheKeep: a light key's freed slot is kept for
 // it, and when it does not come back, the waiting key is handed the slot
 // once the keep is over, not at its next poll.
 func TestKeptSlotPassesOnAfterTheKeep(t *testing.T) {
-	store := &queueSignal{Store: memstore.New(), queued: make(chan struct{}, 10)}
-	l, _ := newLimiter(t, store)
+	st := &queueSignal{Store: memstore.New(), queued: make(chan struct{}, 10)}
+	l, _ := newLimiter(t, st)
 	p := keycap.MustParent("keep-passes-on", 2, keycap.WithKeep(50*time.Millisecond))
-	light := keycap.MustLimit("k", "light", 2, keycap.WithParent(p))
-	busy := keycap.MustLimit("k", "busy", 2, keycap.WithParent(p), keycap.WithWait(10*time.Second))
+	light := keycap.Spec{Name: "k", Max: 2, Parent: p}.For("light")
+	busy := keycap.Spec{Name: "k", Max: 2, Parent: p, Wait: 10 * time.Second}.For("busy")
 	lightLease, err := l.Acquire(context.Background(), light)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +236,7 @@ func TestKeptSlotPassesOnAfterTheKeep(t *testing.T) {
 		}
 		got <- err
 	}()
-	testkit.Recv(t, store.queued, 5*time.Second, "the busy key's second caller to queue")
+	testkit.Recv(t, st.queued, 5*time.Second, "the busy key's second caller to queue")
 	start := time.Now()
 	lightLease.Release() // light holds 0 against busy's 1: kept for light
 	select {

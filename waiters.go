@@ -3,6 +3,8 @@ package keycap
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/keycap/keycap/store"
 )
 
 // waiters lets a release wake the Acquire calls of the same Limiter that wait
@@ -16,26 +18,26 @@ const waiterShards = 16
 
 type waiterShard struct {
 	mu    sync.Mutex
-	pools map[PoolID][]*waiter
+	pools map[store.PoolID][]*waiter
 }
 
 // waiter is one waiting Acquire. ch holds at most one pending wake-up.
 type waiter struct {
 	ch    chan struct{}
-	pools []PoolID
+	pools []store.PoolID
 }
 
 func (w *waiters) init() {
 	for i := range w.shards {
-		w.shards[i].pools = make(map[PoolID][]*waiter)
+		w.shards[i].pools = make(map[store.PoolID][]*waiter)
 	}
 }
 
-func (w *waiters) shard(p PoolID) *waiterShard { return &w.shards[p[15]%waiterShards] }
+func (w *waiters) shard(p store.PoolID) *waiterShard { return &w.shards[p[15]%waiterShards] }
 
 // add registers a waiter on the pools of ls's slots.
 func (w *waiters) add(ls *Lease) *waiter {
-	wt := &waiter{ch: make(chan struct{}, 1), pools: make([]PoolID, len(ls.slots))}
+	wt := &waiter{ch: make(chan struct{}, 1), pools: make([]store.PoolID, len(ls.slots))}
 	for i := range ls.slots {
 		p := ls.slots[i].limit.pool
 		wt.pools[i] = p
@@ -79,7 +81,7 @@ func (w *waiters) remove(wt *waiter) {
 }
 
 // wake signals the first waiter on pool that has no wake-up pending.
-func (w *waiters) wake(p PoolID) {
+func (w *waiters) wake(p store.PoolID) {
 	if w.n.Load() == 0 {
 		return
 	}

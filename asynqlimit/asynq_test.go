@@ -68,7 +68,7 @@ func keyRule(_ context.Context, t *asynq.Task) (joblimit.Rule, bool) {
 	if t.Type() != "keyed" || json.Unmarshal(t.Payload(), &p) != nil {
 		return joblimit.Rule{}, false
 	}
-	return joblimit.MustRule(fmt.Sprint("key:", p.Key), 2,
+	return joblimit.MustRule(fmt.Sprint("key:", p.Key), keycap.Spec{Max: 2},
 		joblimit.WithReleaseAfter(30*time.Millisecond), joblimit.WithJitter(30*time.Millisecond)), true
 }
 
@@ -135,7 +135,7 @@ func twoServers(t *testing.T, parked bool) {
 	if parked {
 		rule = func(ctx context.Context, task *asynq.Task) (joblimit.Rule, bool) {
 			r, ok := keyRule(ctx, task)
-			return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0),
+			return joblimit.MustRule(r.Key(), keycap.Spec{Max: r.Max()}, joblimit.WithWaitInPlace(0),
 				joblimit.WithParkFor(15*time.Second)), ok // a lost wake-up shows in seconds
 		}
 		ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
@@ -257,7 +257,7 @@ func TestNoRetriesLeft(t *testing.T) {
 	})
 	mux := asynq.NewServeMux()
 	mux.Use(asynqlimit.Middleware(jobs, func(context.Context, *asynq.Task) (joblimit.Rule, bool) {
-		return joblimit.MustRule("full", 0), true // never a free slot
+		return joblimit.MustRule("full", keycap.Spec{Max: 0}), true // never a free slot
 	}))
 	mux.HandleFunc("keyed", func(context.Context, *asynq.Task) error { ran <- struct{}{}; return nil })
 	if err := srv.Start(mux); err != nil {

@@ -65,7 +65,7 @@ func benchTasks(b *testing.B, store string, work time.Duration) {
 	}
 	start(bareQ, nil)
 	start(limitedQ, asynqlimit.Middleware(jobs, func(context.Context, *asynq.Task) (joblimit.Rule, bool) {
-		return joblimit.MustRule("bench", 10_000), true
+		return joblimit.MustRule("bench", keycap.Spec{Max: 10_000}), true
 	}))
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: testenv.RedisAddr()})
 	defer client.Close()

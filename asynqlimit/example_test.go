@@ -51,7 +51,7 @@ func Example() {
 		if t.Type() != "report" || json.Unmarshal(t.Payload(), &p) != nil {
 			return joblimit.Rule{}, false // not limited
 		}
-		return joblimit.MustRule("tenant:"+p.Tenant, 2), true
+		return joblimit.MustRule("tenant:"+p.Tenant, keycap.Spec{Max: 2}), true
 	}))
 	mux.HandleFunc("report", func(ctx context.Context, t *asynq.Task) error {
 		return nil // ... build the report: the slot is held, and renewed, until it returns ...
@@ -81,7 +81,7 @@ func ExampleRespectPauses() {
 	mux.Use(
 		asynqlimit.RespectPauses(pauses, vendor), // first: a task arriving during a pause takes no slot
 		asynqlimit.Middleware(jobs, func(ctx context.Context, t *asynq.Task) (joblimit.Rule, bool) {
-			return joblimit.MustRule("vendor", 8), t.Type() == "contacts:sync" // 8 calls at once in all
+			return joblimit.MustRule("vendor", keycap.Spec{Max: 8}), t.Type() == "contacts:sync" // 8 calls at once in all
 		}),
 	)
 	mux.HandleFunc("contacts:sync", func(ctx context.Context, t *asynq.Task) error {
@@ -115,11 +115,11 @@ func ExampleMiddleware_parent() {
 		if t.Type() != "report" || json.Unmarshal(t.Payload(), &p) != nil {
 			return joblimit.Rule{}, false
 		}
-		opts := []joblimit.Option{joblimit.WithParent(reports)}
+		spec := keycap.Spec{Max: 5, Parent: reports}
 		if p.Heavy {
-			opts = append(opts, joblimit.WithWeight(2)) // a heavy report takes two slots
+			spec.Weight = 2 // a heavy report takes two slots
 		}
-		return joblimit.MustRule("tenant:"+p.Tenant, 5, opts...), true
+		return joblimit.MustRule("tenant:"+p.Tenant, spec), true
 	}))
 	_ = mux
 }

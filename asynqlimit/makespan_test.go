@@ -58,7 +58,7 @@ func makespan(tb testing.TB, store string, n, keys int, opts ...joblimit.Option)
 	mux.Use(asynqlimit.Middleware(jobs, func(_ context.Context, t *asynq.Task) (joblimit.Rule, bool) {
 		var p payload
 		_ = json.Unmarshal(t.Payload(), &p)
-		return joblimit.MustRule(fmt.Sprint("customer:", p.Key), jobtest.Limit, opts...), true
+		return joblimit.MustRule(fmt.Sprint("customer:", p.Key), keycap.Spec{Max: jobtest.Limit}, opts...), true
 	}, asynqlimit.WithInspector(ins)))
 	mux.HandleFunc("keyed", func(context.Context, *asynq.Task) error {
 		time.Sleep(jobtest.JobTime)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/asynqlimit"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/pause"
@@ -22,8 +21,8 @@ func TestPaceJobs(t *testing.T) {
 	q := queue(t)
 	rdb := testenv.Redis(t)
 	store, _ := redisstore.New(rdb, redisstore.WithPrefix(testenv.Prefix(t, rdb)))
-	rate := keycap.Rate{Events: 5, Period: time.Second, Burst: 1}
-	ps, err := pause.New(testLimiter(t, store), pause.WithJitter(20*time.Millisecond), pause.WithRate(func(string) (keycap.Rate, bool) { return rate, true }))
+	rate := pause.Rate{Events: 5, Period: time.Second, Burst: 1}
+	ps, err := pause.New(testLimiter(t, store), pause.WithJitter(20*time.Millisecond), pause.WithRate(func(string) (pause.Rate, bool) { return rate, true }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,11 +17,11 @@
 //
 // # How it heals
 //
-// Each connection is a member lease of the node (keycap.Limiter.AcquireAs)
+// Each connection is a member lease of the node (frontdoor.AcquireMember)
 // in its user's pool. The Limiter's heartbeat (every 30 s by default,
 // keycap.WithHeartbeat) makes this node's part of every pool it touches
 // exactly its live connections: it renews them (the store forgets a lease
-// 90 s after its last renewal, WithTTL), adds back any the store lost, and
+// 90 s after its last renewal, WithSpec's TTL), adds back any the store lost, and
 // drops this node's ghosts — connections whose release never reached the
 // store. So a lost release costs a slot for at most one heartbeat, and a node
 // that dies frees its connections within the TTL with nobody's help. The
@@ -49,6 +49,8 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
+	"github.com/keycap/keycap/store"
 )
 
 // Defaults of a Cap.
@@ -63,8 +65,7 @@ type Cap struct {
 	l          *keycap.Limiter
 	defaultCap int
 	appCaps    map[string]int
-	ttl        time.Duration
-	fail       keycap.FailMode
+	spec       keycap.Spec // every app's: TTL, fail mode, budget, shadow
 	live       func(app, user, conn string) bool
 
 	mu    sync.Mutex
@@ -91,8 +92,7 @@ type config struct {
 	appCaps    map[string]int
 	badApp     string
 	badCap     int
-	ttl        time.Duration
-	fail       keycap.FailMode
+	spec       keycap.Spec
 	live       func(app, user, conn string) bool
 }
 
@@ -111,16 +111,19 @@ func WithAppCap(app string, n int) Option {
 	}}
 }
 
-// WithTTL sets how long the store keeps a connection that is not renewed
-// (default DefaultTTL): how long a dead node's connections keep counting. It
-// must exceed the Limiter's heartbeat.
-func WithTTL(d time.Duration) Option { return Option{func(c *config) { c.ttl = d }} }
-
-// WithFailMode sets what Admit does when the store cannot answer:
-// keycap.FailClosed (the default) refuses the connection;
-// keycap.FailOpen admits it uncounted, and the first heartbeat after the
-// store recovers counts it.
-func WithFailMode(m keycap.FailMode) Option { return Option{func(c *config) { c.fail = m }} }
+// WithSpec sets the limit every app's connections take per user, as a
+// keycap.Spec, with what connections decide for themselves:
+//   - Name, Max, Family: leave them zero; the name is the app's, the max
+//     its cap (WithDefaultCap, WithAppCap), the family keycap.FamilyConn.
+//   - TTL: how long the store keeps a connection that is not renewed: how
+//     long a dead node's connections keep counting. 0: DefaultTTL. It must
+//     exceed the Limiter's heartbeat.
+//   - FailMode: what Admit does when the store cannot answer.
+//     keycap.FailClosed (and FailDefault: the default for connections)
+//     refuses the connection; keycap.FailOpen admits it uncounted, and the
+//     first heartbeat after the store recovers counts it.
+//   - Budget, Shadow: as for any limit.
+func WithSpec(s keycap.Spec) Option { return Option{func(c *config) { c.spec = s }} }
 
 // WithLiveness lets the Cap ask the server, every heartbeat, which
 // connections are still open: a connection held for longer than one
@@ -132,16 +135,16 @@ func WithLiveness(live func(app, user, conn string) bool) Option {
 }
 
 // New returns a Cap whose connections are member leases of limiter's node.
-// The Limiter's store must implement keycap.Syncer (its doc lists the stores
-// that do). Close withdraws the node's connections.
+// The Limiter's store must keep members (store.Members: memstore,
+// redisstore, pgstore, nullstore). Close withdraws the node's connections.
 func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
 	if limiter == nil {
 		return nil, errors.New("conncap: New: limiter is nil")
 	}
-	if _, ok := limiter.Store().(keycap.Syncer); !ok {
-		return nil, fmt.Errorf("conncap: the store %T cannot sync a node's connections (keycap.Syncer)", limiter.Store())
+	if err := frontdoor.Need(limiter, store.Members); err != nil {
+		return nil, fmt.Errorf("conncap: %w", err)
 	}
-	c := config{defaultCap: DefaultCap, appCaps: map[string]int{}, ttl: DefaultTTL, fail: keycap.FailClosed}
+	c := config{defaultCap: DefaultCap, appCaps: map[string]int{}}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&c)
@@ -150,18 +153,36 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
 	invalid := func(field, value, reason string) error {
 		return &keycap.InvalidLimitError{Field: field, Value: value, Reason: reason}
 	}
+	sp := c.spec
+	if sp.TTL == 0 {
+		sp.TTL = DefaultTTL
+	}
+	if sp.FailMode == keycap.FailDefault {
+		sp.FailMode = keycap.FailClosed
+	}
+	beat := frontdoor.HeartbeatInterval(limiter)
 	switch {
+	case sp.Name != "":
+		return nil, invalid("Name", strconv.Quote(sp.Name), "is the app's: leave it empty")
+	case sp.Max != 0:
+		return nil, invalid("Max", strconv.Itoa(sp.Max), "is the app's cap (WithDefaultCap, WithAppCap): leave it zero")
+	case sp.Family != keycap.FamilyApp:
+		return nil, invalid("Family", sp.Family.String(), "is the connections' family: leave it zero")
 	case c.defaultCap < 0:
 		return nil, invalid("default cap", strconv.Itoa(c.defaultCap), "must be at least 0")
 	case c.badApp != "":
 		return nil, invalid("cap of app "+strconv.Quote(c.badApp), strconv.Itoa(c.badCap), "must be at least 0")
-	case c.ttl <= limiter.HeartbeatInterval():
-		return nil, invalid("ttl", c.ttl.String(), "must exceed the Limiter's heartbeat of "+limiter.HeartbeatInterval().String())
-	case c.fail > keycap.FailClosed:
-		return nil, invalid("fail mode", c.fail.String(), "must be FailDefault, FailOpen or FailClosed")
+	case sp.TTL <= beat:
+		return nil, invalid("TTL", sp.TTL.String(), "must exceed the Limiter's heartbeat of "+beat.String())
+	}
+	sp.Family = keycap.FamilyConn
+	check := sp
+	check.Name, check.Max = "conncap", max(c.defaultCap, 1)
+	if err := check.Validate(); err != nil {
+		return nil, err
 	}
 	cp := &Cap{
-		l: limiter, defaultCap: c.defaultCap, appCaps: c.appCaps, ttl: c.ttl, fail: c.fail, live: c.live,
+		l: limiter, defaultCap: c.defaultCap, appCaps: c.appCaps, spec: sp, live: c.live,
 		conns: map[connKey]*conn{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	if cp.live != nil {
@@ -173,7 +194,7 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
 }
 
 // Node returns this node's name (the Limiter's).
-func (c *Cap) Node() string { return c.l.Node() }
+func (c *Cap) Node() string { return frontdoor.Node(c.l) }
 
 // CapOf returns app's cap: 0 means uncapped.
 func (c *Cap) CapOf(app string) int {
@@ -208,7 +229,7 @@ func (e *OverCapError) Is(target error) bool {
 // user) does nothing and succeeds. An uncapped app (cap 0) admits everything
 // without a store call. When the store cannot answer within the decision
 // budget, Admit fails closed with an error matching
-// keycap.ErrStoreUnavailable, or, with WithFailMode(keycap.FailOpen), admits
+// keycap.ErrStoreUnavailable, or, with a spec of keycap.FailOpen, admits
 // the connection uncounted; either way the outage is reported once. After
 // Close it returns keycap.ErrClosed.
 func (c *Cap) Admit(ctx context.Context, app, user, connID string) error {
@@ -232,10 +253,10 @@ func (c *Cap) Admit(ctx context.Context, app, user, connID string) error {
 	c.conns[key] = e
 	c.mu.Unlock()
 
-	lim, err := keycap.NewLimit(app, user, limit, keycap.WithFamily(keycap.FamilyConn), keycap.WithTTL(c.ttl), keycap.WithFailMode(c.fail))
-	if err == nil {
-		e.lease, err = c.l.AcquireAs(ctx, app+"\x00"+connID, lim)
-	}
+	sp := c.spec
+	sp.Name, sp.Max = app, limit
+	var err error
+	e.lease, err = frontdoor.AcquireMember(ctx, c.l, app+"\x00"+connID, sp.For(user))
 	if err != nil {
 		c.mu.Lock()
 		if c.conns[key] == e {
@@ -283,7 +304,7 @@ func (c *Cap) Connections() int {
 // heartbeat does it every interval). Tests and shutdown code may call it.
 func (c *Cap) Heartbeat(ctx context.Context) error {
 	c.dropDead()
-	return c.l.Heartbeat(ctx)
+	return frontdoor.Heartbeat(ctx, c.l)
 }
 
 // dropDead forgets the connections that the liveness check reports closed.
@@ -295,7 +316,7 @@ func (c *Cap) dropDead() {
 		key connKey
 		e   *conn
 	}
-	old := time.Now().Add(-c.l.HeartbeatInterval())
+	old := time.Now().Add(-frontdoor.HeartbeatInterval(c.l))
 	var check []held
 	c.mu.Lock()
 	for k, e := range c.conns {
@@ -322,7 +343,7 @@ func (c *Cap) dropDead() {
 // liveness runs the liveness check every heartbeat.
 func (c *Cap) liveness() {
 	defer close(c.done)
-	t := time.NewTicker(c.l.HeartbeatInterval())
+	t := time.NewTicker(frontdoor.HeartbeatInterval(c.l))
 	defer t.Stop()
 	for {
 		select {
@@ -349,5 +370,5 @@ func (c *Cap) Close() error {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return c.l.Withdraw(ctx)
+	return frontdoor.Withdraw(ctx, c.l)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
@@ -48,7 +49,7 @@ func admit(c *conncap.Cap, user, conn string) error {
 
 // The behaviour across nodes and on every store — exact under concurrency,
 // dead nodes expiring, ghosts reclaimed, Close withdrawing, any user id — is
-// checked by storetest on each store that implements keycap.Syncer.
+// checked by storetest on each store that keeps members (store.Members).
 
 func TestCap(t *testing.T) {
 	t.Parallel()
@@ -101,8 +102,11 @@ func TestOptionsNameTheField(t *testing.T) {
 	for field, opt := range map[string]conncap.Option{
 		"default cap":    conncap.WithDefaultCap(-1),
 		`cap of app "x"`: conncap.WithAppCap("x", -2),
-		"ttl":            conncap.WithTTL(time.Minute),
-		"fail mode":      conncap.WithFailMode(keycap.FailMode(9)),
+		"TTL":            conncap.WithSpec(keycap.Spec{TTL: time.Minute}),
+		"FailMode":       conncap.WithSpec(keycap.Spec{FailMode: keycap.FailMode(9)}),
+		"Name":           conncap.WithSpec(keycap.Spec{Name: "chat"}),
+		"Max":            conncap.WithSpec(keycap.Spec{Max: 3}),
+		"Family":         conncap.WithSpec(keycap.Spec{Family: keycap.FamilyJob}),
 	} {
 		_, err := conncap.New(l, opt)
 		var ie *keycap.InvalidLimitError
@@ -110,40 +114,47 @@ func TestOptionsNameTheField(t *testing.T) {
 			t.Errorf("%s: got %v", field, err)
 		}
 	}
-	type plain struct{ keycap.Store }
 	pl, _ := keycap.NewLimiter(plain{memstore.New()})
 	defer pl.Close()
-	if _, err := conncap.New(pl); err == nil {
-		t.Error("a store that cannot sync was accepted")
+	if _, err := conncap.New(pl); !errors.Is(err, keycap.ErrNotSupported) {
+		t.Errorf("a store that cannot sync: %v, want ErrNotSupported", err)
 	}
 }
 
+// plain declares no feature of the store it wraps.
+type plain struct{ store.Store }
+
+func (plain) Features() store.Features { return 0 }
+
+// down is a store of members (only) that can fail.
 type down struct {
-	keycap.Store
+	store.Store
 	fail atomic.Bool
 }
 
 var errDown = errors.New("injected outage")
 
-func (d *down) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+func (d *down) Features() store.Features { return store.Members }
+
+func (d *down) Acquire(ctx context.Context, dm store.Demand) (store.Grant, error) {
 	if d.fail.Load() {
-		return false, errDown
+		return store.Grant{}, errDown
 	}
-	return d.Store.Acquire(ctx, p, o, max, ttl)
+	return d.Store.Acquire(ctx, dm)
 }
 
-func (d *down) Sync(ctx context.Context, n keycap.NodeID, ttl time.Duration, b []keycap.SyncPool) error {
+func (d *down) Sync(ctx context.Context, n store.NodeID, ttl time.Duration, b []store.SyncPool) error {
 	if d.fail.Load() {
 		return errDown
 	}
-	return d.Store.(keycap.Syncer).Sync(ctx, n, ttl, b)
+	return d.Store.Sync(ctx, n, ttl, b)
 }
 
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	s := &down{Store: memstore.New()}
 	closed, rec := newNode(t, s, 0, conncap.WithDefaultCap(1))
-	open, _ := newNode(t, s, 0, conncap.WithDefaultCap(1), conncap.WithFailMode(keycap.FailOpen))
+	open, _ := newNode(t, s, 0, conncap.WithDefaultCap(1), conncap.WithSpec(keycap.Spec{FailMode: keycap.FailOpen}))
 	s.fail.Store(true)
 	for i := range 3 {
 		if err := admit(closed, "alice", fmt.Sprint("c", i)); !errors.Is(err, keycap.ErrStoreUnavailable) || !errors.Is(err, errDown) {
@@ -227,7 +238,7 @@ func TestOtherFrontDoorsCannotReachConnectionPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer caps.Close()
-	ls, err := l.Acquire(context.Background(), keycap.MustLimit("conncap:chat", "alice", 1))
+	ls, err := l.Acquire(context.Background(), keycap.Spec{Name: "conncap:chat", Max: 1}.For("alice"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +246,7 @@ func TestOtherFrontDoorsCannotReachConnectionPools(t *testing.T) {
 	if err := caps.Admit(context.Background(), "chat", "alice", "s1"); err != nil {
 		t.Fatalf("an HTTP limit named conncap:chat filled alice's connection pool: %v", err)
 	}
-	if _, err := l.Acquire(context.Background(), keycap.MustLimit("chat", "alice", 1)); err != nil {
+	if _, err := l.Acquire(context.Background(), keycap.Spec{Name: "chat", Max: 1}.For("alice")); err != nil {
 		t.Fatalf("alice's connection filled an application pool: %v", err)
 	}
 }

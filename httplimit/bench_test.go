@@ -38,7 +38,7 @@ func benchLimiters(b *testing.B, store keycap.Store, opts ...keycap.Option) *htt
 		return httplimit.All(httplimit.Max(1000).By(r.Header.Get("X-User")), httplimit.Max(1000).By("tenant"))
 	})
 	_ = ls.For("shadow", func(r *http.Request) httplimit.Rule {
-		return httplimit.All(httplimit.Max(1000).By(r.Header.Get("X-User")), httplimit.Max(1).By("tenant").Shadow())
+		return httplimit.All(httplimit.Max(1000).By(r.Header.Get("X-User")), httplimit.Limit(keycap.Spec{Max: 1, Shadow: true}).By("tenant"))
 	})
 	return ls
 }

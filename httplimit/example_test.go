@@ -42,7 +42,7 @@ func ExampleLimiters_For_plans() {
 		case "staff":
 			return nil // no limit
 		case "pro":
-			return httplimit.Max(8).Wait(2 * time.Second)
+			return httplimit.Limit(keycap.Spec{Max: 8, Wait: 2 * time.Second})
 		}
 		// Free plans: 1 per user, and 20 across every free user.
 		return httplimit.All(
@@ -83,21 +83,21 @@ func ExampleLimiters_testing() {
 // A total shared fairly: at most 50 exports at once across every tenant, at
 // most 10 per tenant; a tenant on the enterprise plan counts as three when
 // the total is contended, and a full-table export costs 3 slots.
-func ExampleSlots_Parent() {
+func ExampleLimit_parent() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
 	limits, _ := httplimit.New(limiter)
 	exports := keycap.MustParent("exports", 50)
 
 	_ = limits.For("exports", func(r *http.Request) httplimit.Rule {
-		s := httplimit.Max(10).By("tenant:" + r.Header.Get("X-Tenant")).Parent(exports).Wait(5 * time.Second)
+		spec := keycap.Spec{Max: 10, Parent: exports, Wait: 5 * time.Second}
 		if r.Header.Get("X-Plan") == "enterprise" { // your own lookup
-			s = s.Share(3)
+			spec.Share = 3
 		}
 		if r.URL.Query().Get("full") == "1" {
-			s = s.Weight(3)
+			spec.Weight = 3
 		}
-		return s
+		return httplimit.Limit(spec).By("tenant:" + r.Header.Get("X-Tenant"))
 	})
 	route := limits.Must("exports")(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "export started")

@@ -20,6 +20,7 @@ import (
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
@@ -301,13 +302,13 @@ func TestNamesAreCheckedAtStartUp(t *testing.T) {
 func TestInvalidLimitIsALogged500(t *testing.T) {
 	t.Parallel()
 	cases := map[string]httplimit.Rule{
-		"negative max":   httplimit.Max(-1),
-		"negative wait":  httplimit.Max(1).Wait(-time.Second),
-		"negative ttl":   httplimit.Max(1).TTL(-time.Second),
-		"zero ttl":       httplimit.Max(1).TTL(0), // invalid, as keycap.WithTTL(0) is: not the default
-		"zero budget":    httplimit.Max(1).Budget(0),
-		"negative retry": httplimit.Max(1).RetryAfter(-time.Second),
-		"same key twice": httplimit.All(httplimit.Max(1).By("a"), httplimit.Max(2).By("a")),
+		"negative max":    httplimit.Max(-1),
+		"negative wait":   httplimit.Limit(keycap.Spec{Max: 1, Wait: -time.Second}),
+		"negative ttl":    httplimit.Limit(keycap.Spec{Max: 1, TTL: -time.Second}),
+		"ttl below 1ms":   httplimit.Limit(keycap.Spec{Max: 1, TTL: time.Microsecond}),
+		"negative budget": httplimit.Limit(keycap.Spec{Max: 1, Budget: -time.Second}),
+		"negative retry":  httplimit.Max(1).RetryAfter(-time.Second),
+		"same key twice":  httplimit.All(httplimit.Max(1).By("a"), httplimit.Max(2).By("a")),
 	}
 	for name, rule := range cases {
 		e := newEnv(t, memstore.New())
@@ -320,6 +321,12 @@ func TestInvalidLimitIsALogged500(t *testing.T) {
 		if logs := e.logs.String(); !strings.Contains(logs, "limiter=broken") || !strings.Contains(logs, "invalid") {
 			t.Errorf("%s: log does not name the limiter and the problem: %q", name, logs)
 		}
+	}
+	// A TTL or a budget of 0 is no longer invalid: it is the default.
+	e := newEnv(t, memstore.New())
+	e.register(t, "defaults", func(*http.Request) httplimit.Rule { return httplimit.Limit(keycap.Spec{Max: 1, TTL: 0, Budget: 0}) })
+	if w := do(e.limiters.Must("defaults")(http.NotFoundHandler()), req("192.0.2.1:1")); w.Code != http.StatusNotFound {
+		t.Errorf("TTL and budget 0: got %d, want the handler's 404", w.Code)
 	}
 }
 
@@ -392,16 +399,18 @@ func TestInlineAndSharedPools(t *testing.T) {
 
 func TestWaitForASlot(t *testing.T) {
 	t.Parallel()
-	store := &refusals{Store: memstore.New(), refused: make(chan struct{}, 1)}
-	e := newEnv(t, store)
-	e.register(t, "w", func(*http.Request) httplimit.Rule { return httplimit.Max(1).Wait(10 * time.Second) })
+	st := &refusals{Store: memstore.New(), refused: make(chan struct{}, 1)}
+	e := newEnv(t, st)
+	e.register(t, "w", func(*http.Request) httplimit.Rule {
+		return httplimit.Limit(keycap.Spec{Max: 1, Wait: 10 * time.Second})
+	})
 	g := newGate(t)
 	h := e.limiters.Must("w")(g)
 	wg := holding(t, h, g, req("192.0.2.1:1"))
 	got := make(chan int, 1)
 	go func() { got <- do(h, req("192.0.2.1:2")).Code }()
-	testkit.Recv(t, store.refused, 10*time.Second, "the refusal") // the second request found the pool full: it waits
-	g.release.Open()                                              // the first request ends; the waiter gets its slot
+	testkit.Recv(t, st.refused, 10*time.Second, "the refusal") // the second request found the pool full: it waits
+	g.release.Open()                                           // the first request ends; the waiter gets its slot
 	wait(t, wg)
 	if code := testkit.Recv(t, got, 10*time.Second, "the waiting request"); code != http.StatusOK {
 		t.Fatalf("waiting request: %d", code)
@@ -414,49 +423,62 @@ func TestWaitForASlot(t *testing.T) {
 	}
 }
 
-// refusals is a Store that signals each acquire it refuses.
+// refusals is a Store that signals each acquire it refuses. It declares no
+// feature: its waiters poll.
 type refusals struct {
-	keycap.Store
+	store.Store
 	refused chan struct{}
 }
 
-func (s *refusals) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	ok, err := s.Store.Acquire(ctx, p, o, max, ttl)
-	if !ok && err == nil {
+func (s *refusals) Features() store.Features { return 0 }
+
+func (s *refusals) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	g, err := s.Store.Acquire(ctx, d)
+	if !g.Granted && err == nil {
 		select {
 		case s.refused <- struct{}{}:
 		default:
 		}
 	}
-	return ok, err
+	return g, err
 }
 
-// failing is a memstore that can be made to fail.
+// failing is a memstore that can be made to fail, as a store that is down
+// does: acquires and releases alike. It declares no feature.
 type failing struct {
-	keycap.Store
+	store.Store
 	down atomic.Bool
 }
 
 var errDown = errors.New("injected outage")
 
-func (f *failing) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+func (f *failing) Features() store.Features { return 0 }
+
+func (f *failing) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	if f.down.Load() {
+		return store.Grant{}, errDown
+	}
+	return f.Store.Acquire(ctx, d)
+}
+
+func (f *failing) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
 	if f.down.Load() {
 		return false, errDown
 	}
-	return f.Store.Acquire(ctx, p, o, max, ttl)
+	return f.Store.Release(ctx, d, leave)
 }
 
 func TestStoreFailure(t *testing.T) {
 	t.Parallel()
-	store := &failing{Store: memstore.New()}
-	e := newEnv(t, store)
+	st := &failing{Store: memstore.New()}
+	e := newEnv(t, st)
 	e.register(t, "open", func(*http.Request) httplimit.Rule { return httplimit.Max(1) })
 	e.register(t, "closed", func(*http.Request) httplimit.Rule {
-		return httplimit.All(httplimit.Max(1).FailClosed(), httplimit.Max(1).By("x").RetryAfter(30*time.Second))
+		return httplimit.All(httplimit.Limit(keycap.Spec{Max: 1, FailMode: keycap.FailClosed}), httplimit.Max(1).By("x").RetryAfter(30*time.Second))
 	})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	open, closed := e.limiters.Must("open")(ok), e.limiters.Must("closed")(ok)
-	store.down.Store(true)
+	st.down.Store(true)
 	for range 20 {
 		if w := do(open, req("192.0.2.1:1")); w.Code != http.StatusOK {
 			t.Fatalf("fail-open: %d", w.Code)
@@ -469,7 +491,7 @@ func TestStoreFailure(t *testing.T) {
 	if n := e.rec.Count(keycap.StoreFailed, ""); n != 1 {
 		t.Fatalf("outage reported %d times, want once", n)
 	}
-	store.down.Store(false)
+	st.down.Store(false)
 	// Recovered once the store has answered without failing for a
 	// millisecond (WithRecoverAfter).
 	deadline := time.Now().Add(5 * time.Second)
@@ -514,7 +536,7 @@ func TestStreamKeepsItsSlot(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, memstore.New())
 	const ttl = 200 * time.Millisecond
-	e.register(t, "sse", func(*http.Request) httplimit.Rule { return httplimit.Max(1).TTL(ttl) })
+	e.register(t, "sse", func(*http.Request) httplimit.Rule { return httplimit.Limit(keycap.Spec{Max: 1, TTL: ttl}) })
 	next := make(chan struct{})
 	done := make(chan struct{})
 	stream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

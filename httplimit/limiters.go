@@ -176,10 +176,10 @@ func (ls *Limiters) Inline(max int, pool string) (func(http.Handler) http.Handle
 	if err := checkName(pool); err != nil {
 		return nil, err
 	}
-	if max < 0 {
-		return nil, &keycap.InvalidLimitError{Field: "max", Value: strconv.Itoa(max), Reason: "must be at least 0"}
-	}
 	rule := Max(max)
+	if err := (keycap.Spec{Name: pool, Max: max}).Validate(); err != nil {
+		return nil, err
+	}
 	return func(next http.Handler) http.Handler {
 		return &handler{ls: ls, name: pool, next: next, inline: &rule}
 	}, nil
@@ -258,35 +258,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// newLimit builds the keycap limit of s.
+// newLimit builds the keycap limit of s, named name unless its spec names
+// one.
 func newLimit(name, key string, s Slots) (keycap.Limit, error) {
 	if s.retrySet && s.retryAfter < 0 {
-		return keycap.Limit{}, &keycap.InvalidLimitError{Field: "retry after", Value: s.retryAfter.String(), Reason: "must be at least 0"}
+		return keycap.Limit{}, &keycap.InvalidLimitError{Field: "RetryAfter", Value: s.retryAfter.String(), Reason: "must be at least 0"}
 	}
-	ttl := keycap.DefaultTTL
-	if s.ttlSet {
-		ttl = s.ttl
+	spec := s.spec
+	if spec.Name == "" {
+		spec.Name = name
 	}
-	opts := []keycap.LimitOption{keycap.WithTTL(ttl), keycap.WithWait(s.wait), keycap.WithFailMode(s.fail)}
-	if s.budgetSet {
-		opts = append(opts, keycap.WithBudget(s.budget))
-	}
-	if s.weight != 0 {
-		opts = append(opts, keycap.WithWeight(s.weight))
-	}
-	if s.parent != nil {
-		opts = append(opts, keycap.WithParent(*s.parent))
-	}
-	if s.share != 0 {
-		opts = append(opts, keycap.WithShare(s.share))
-	}
-	if s.minSet {
-		opts = append(opts, keycap.WithMinimum(s.min))
-	}
-	if s.shadow {
-		opts = append(opts, keycap.WithShadow())
-	}
-	return keycap.NewLimit(name, key, s.max, opts...)
+	return spec.For(key), nil // an invalid spec: Do returns its error, a 500
+
 }
 
 func (h *handler) refuse(w http.ResponseWriter, r *http.Request, slots []Slots, limits []keycap.Limit, err error) {

@@ -17,11 +17,11 @@ func TestWeightsAndAParent(t *testing.T) {
 	e := newEnv(t, memstore.New())
 	total := keycap.MustParent("httplimit-test-total", 4)
 	e.register(t, "exports", func(r *http.Request) httplimit.Rule {
-		s := httplimit.Max(4).By("tenant:" + r.Header.Get("Tenant")).Parent(total)
+		spec := keycap.Spec{Max: 4, Parent: total}
 		if r.Header.Get("Full") == "1" {
-			s = s.Weight(3)
+			spec.Weight = 3
 		}
-		return s
+		return httplimit.Limit(spec).By("tenant:" + r.Header.Get("Tenant"))
 	})
 	g := newGate(t)
 	h := e.limiters.Must("exports")(g)
@@ -45,12 +45,12 @@ func TestWeightsAndAParent(t *testing.T) {
 func TestInvalidWeightIsALogged500(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, memstore.New())
-	e.register(t, "exports", func(*http.Request) httplimit.Rule { return httplimit.Max(2).Weight(3) })
+	e.register(t, "exports", func(*http.Request) httplimit.Rule { return httplimit.Limit(keycap.Spec{Max: 2, Weight: 3}) })
 	h := e.limiters.Must("exports")(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	if w := do(h, req("192.0.2.1:1")); w.Code != http.StatusInternalServerError {
 		t.Fatalf("weight 3 of max 2: %d, want 500", w.Code)
 	}
-	if logs := e.logs.String(); !contains(logs, "weight") {
+	if logs := e.logs.String(); !contains(logs, "Weight") {
 		t.Fatalf("the log does not name the weight: %s", logs)
 	}
 }

@@ -24,7 +24,7 @@ func Example() {
 	// No jitter, so that the delay printed below is exact; in production the
 	// default jitter keeps released jobs from coming back together. No wait
 	// in place either: job 2 would wait for job 1, which waits for job 2.
-	rule := joblimit.MustRule("calendar:7", 1,
+	rule := joblimit.MustRule("calendar:7", keycap.Spec{Max: 1},
 		joblimit.WithReleaseAfter(30*time.Second), joblimit.WithJitter(0), joblimit.WithWaitInPlace(0))
 	ctx := context.Background()
 
@@ -58,7 +58,7 @@ func ExampleLimiter_For() {
 	jobs, _ := joblimit.New(limiter)
 
 	// One call to this Stripe account at a time, whatever the job's kind.
-	stripe := jobs.For(joblimit.MustRule("stripe:acct_1", 1, joblimit.WithSharedPool(), joblimit.WithSkip()))
+	stripe := jobs.For(joblimit.MustRule("stripe:acct_1", keycap.Spec{Max: 1}, joblimit.WithSharedPool(), joblimit.WithSkip()))
 	ctx := context.Background()
 
 	_ = stripe.Run(ctx, jobtype.Job{Kind: "Charge", ID: "1"}, func(ctx context.Context) error {
@@ -77,13 +77,13 @@ func ExampleLimiter_For() {
 // Customers share a total: at most 2 syncs at once in all, at most 2 per
 // customer. With the total in use, a third customer's job is refused (and
 // goes back to its queue), though its own pool is empty.
-func ExampleWithParent() {
+func ExampleNewRule_parent() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
 	jobs, _ := joblimit.New(limiter)
 	total := keycap.MustParent("syncs", 2)
 	rule := func(customer string) joblimit.Rule {
-		return joblimit.MustRule("customer:"+customer, 2, joblimit.WithParent(total), joblimit.WithWaitInPlace(0))
+		return joblimit.MustRule("customer:"+customer, keycap.Spec{Max: 2, Parent: total}, joblimit.WithWaitInPlace(0))
 	}
 	ctx := context.Background()
 	_ = jobs.Run(ctx, rule("a"), jobtype.Job{Kind: "Sync", ID: "1"}, func(ctx context.Context) error {

@@ -2,13 +2,15 @@
 // a job that finds no free slot goes back to the queue for a while, without
 // spending its retries. riverlimit and asynqlimit apply it to River and asynq.
 //
-// A Rule says how many jobs may run at once per key, how long a refused job
-// waits before its next try, and how long it may keep waiting in all:
+// A Rule is a keycap.Spec (how many jobs may run at once per key, with
+// weights, parents, shadows and fail modes as everywhere in keycap) and
+// what a job does when it finds no slot: how long it waits before its next
+// try, and how long it may keep waiting in all:
 //
-//	rule, err := joblimit.NewRule("outlook:"+providerID, 4,
-//		joblimit.WithSharedPool(),              // across job kinds
+//	rule, err := joblimit.NewRule("outlook:"+providerID, keycap.Spec{Max: 4},
+//		joblimit.WithSharedPool(),                 // across job kinds
 //		joblimit.WithReleaseAfter(10*time.Second), // plus up to 5 s of jitter
-//		joblimit.WithDeadline(time.Hour),        // then fail, through the queue's failure path
+//		joblimit.WithDeadline(time.Hour),          // then fail, through the queue's failure path
 //	)
 //
 // Limiter.Run takes a slot for a job and runs it, or tells the adapter what
@@ -25,7 +27,9 @@ import (
 	"strconv"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/jobtype"
+	"github.com/keycap/keycap/store"
 )
 
 // Limiter runs jobs under rules, with slots from a keycap Limiter.
@@ -34,8 +38,8 @@ type Limiter struct {
 }
 
 // New returns a Limiter that takes slots from l. Rules with a deadline need a
-// store that keeps marks: a keycap.Marker, whose doc lists the stores that
-// are.
+// store that keeps marks (store.Marks: every store but a third party's
+// may).
 func New(l *keycap.Limiter) (*Limiter, error) {
 	if l == nil {
 		return nil, errors.New("joblimit: New: limiter is nil")
@@ -56,30 +60,25 @@ func New(l *keycap.Limiter) (*Limiter, error) {
 // A job with no free slot first waits in the pool's line, holding its
 // worker (WithWaitInPlace); then, when job.Wake is set and the store keeps
 // lines, it is parked: released for the park delay with its ticket kept,
-// and woken (job.Wake) when a slot is handed to it (keycap.Limiter.AcquireOrPark).
+// and woken (job.Wake) when a slot is handed to it (frontdoor.AcquireOrPark).
 func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work func(context.Context) error) error {
 	pool, key := rule.Pool(job.Kind), rule.Key()
-	opts := []keycap.LimitOption{keycap.WithFamily(keycap.FamilyJob),
-		keycap.WithTTL(rule.slotTTL(job.Timeout)), keycap.WithFailMode(rule.fail), keycap.WithBudget(rule.budget)}
-	if wait := rule.inPlace(ctx); wait > 0 {
-		opts = append(opts, keycap.WithWait(wait))
-	}
-	lim, err := keycap.NewLimit(pool, key, rule.max, rule.limitOptions(opts)...)
-	if err != nil {
-		return err
-	}
-	if jl.l.Labels() {
+	spec := rule.spec
+	spec.Name, spec.Family, spec.TTL, spec.Wait = pool, keycap.FamilyJob, rule.slotTTL(job.Timeout), rule.inPlace(ctx)
+	lim := spec.For(key)
+	if frontdoor.Labels(jl.l) {
 		ctx = keycap.WithLabel(ctx, job.Kind+" "+job.ID)
 	}
 	var lease *keycap.Lease
-	var owner keycap.Owner
+	var owner store.Owner
+	var err error
 	if job.Wake != nil && !rule.noHandoff && !rule.skip {
 		wake := job.Wake
 		// The same for every release of this attempt, so that the one that
 		// comes back claims the slot handed to it; another for a retry or a
 		// rescue, which must not share a live attempt's slot.
-		owner = keycap.OwnerFor(pool + "\x00" + key + "\x00" + job.ID + "\x00" + strconv.Itoa(job.Attempt))
-		lease, err = jl.l.AcquireOrPark(ctx, keycap.Parking{
+		owner = frontdoor.OwnerFor(pool + "\x00" + key + "\x00" + job.ID + "\x00" + strconv.Itoa(job.Attempt))
+		lease, err = frontdoor.AcquireOrPark(ctx, jl.l, frontdoor.Parking{
 			Owner: owner,
 			For:   rule.parkFor + JobClaim, // outlives the job's fallback delay
 			Claim: JobClaim,
@@ -109,7 +108,7 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 	if rule.deadline > 0 {
 		if err := jobtype.CheckDeadline(ctx, jl.l, pool, key, job, rule.deadline, err); err != nil {
 			if parked {
-				jl.l.Unpark(owner, lim) // it will not come back for the slot
+				frontdoor.Unpark(jl.l, owner, lim) // it will not come back for the slot
 			}
 			return err
 		}

@@ -3,7 +3,6 @@ package joblimit_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
@@ -75,32 +75,44 @@ func run(jl *joblimit.Limiter, rule joblimit.Rule, j jobtype.Job) (ran bool, err
 
 func TestNewRuleNamesTheInvalidField(t *testing.T) {
 	t.Parallel()
-	for field, opts := range map[string][]joblimit.Option{
-		"release after": {joblimit.WithReleaseAfter(-time.Second)},
-		"release at":    {joblimit.WithReleaseAt(time.Now().Add(-time.Minute))},
-		"jitter":        {joblimit.WithJitter(-1)},
-		"ttl":           {joblimit.WithTTL(time.Microsecond)},
-		"ttl ":          {joblimit.WithTTL(0)}, // zero is invalid, as keycap.WithTTL(0) is, not the default
-		"budget":        {joblimit.WithBudget(0)},
-		"fail mode":     {joblimit.WithFailMode(9)},
-		"deadline":      {joblimit.WithDeadline(-time.Minute)},
-		"weight":        {joblimit.WithWeight(2)},
-		"share":         {joblimit.WithShare(2)},
+	for _, tc := range []struct {
+		field string
+		spec  keycap.Spec
+		opts  []joblimit.Option
+	}{
+		{"release after", keycap.Spec{Max: 1}, []joblimit.Option{joblimit.WithReleaseAfter(-time.Second)}},
+		{"release at", keycap.Spec{Max: 1}, []joblimit.Option{joblimit.WithReleaseAt(time.Now().Add(-time.Minute))}},
+		{"jitter", keycap.Spec{Max: 1}, []joblimit.Option{joblimit.WithJitter(-1)}},
+		{"TTL", keycap.Spec{Max: 1, TTL: time.Microsecond}, nil},
+		{"Budget", keycap.Spec{Max: 1, Budget: -time.Second}, nil},
+		{"FailMode", keycap.Spec{Max: 1, FailMode: 9}, nil},
+		{"deadline", keycap.Spec{Max: 1}, []joblimit.Option{joblimit.WithDeadline(-time.Minute)}},
+		{"Weight", keycap.Spec{Max: 1, Weight: 2}, nil},
+		{"Share", keycap.Spec{Max: 1, Share: 2}, nil},
+		{"Wait", keycap.Spec{Max: 1, Wait: time.Second}, nil},
+		{"Family", keycap.Spec{Max: 1, Family: keycap.FamilyConn}, nil},
 	} {
-		_, err := joblimit.NewRule("k", 1, opts...)
+		_, err := joblimit.NewRule("k", tc.spec, tc.opts...)
 		var ie *keycap.InvalidLimitError
-		if !errors.As(err, &ie) || ie.Field != strings.TrimSpace(field) {
-			t.Errorf("%s: got %v", field, err)
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("%s: got %v", tc.field, err)
 		}
 	}
+	// A TTL or a budget of 0 is no longer invalid: it is the rule's default
+	// (the job's timeout plus TTLMargin; DefaultBudget).
+	if r, err := joblimit.NewRule("k", keycap.Spec{Max: 1, TTL: 0, Budget: 0}); err != nil {
+		t.Errorf("TTL and budget 0: %v", err)
+	} else if r.Spec().Budget != joblimit.DefaultBudget || r.Spec().TTL != 0 {
+		t.Errorf("TTL and budget 0: spec %+v, want the default budget and the TTL left to the job", r.Spec())
+	}
 	var ie *keycap.InvalidLimitError
-	if _, err := joblimit.NewRule("k", 3, joblimit.WithParent(keycap.MustParent("small", 2))); !errors.As(err, &ie) || ie.Field != "max" {
+	if _, err := joblimit.NewRule("k", keycap.Spec{Max: 3, Parent: keycap.MustParent("small", 2)}); !errors.As(err, &ie) || ie.Field != "Max" {
 		t.Errorf("a rule above its parent: %v", err)
 	}
-	if _, err := joblimit.NewRule("k", -1); err == nil {
+	if _, err := joblimit.NewRule("k", keycap.Spec{Max: -1}); err == nil {
 		t.Error("negative limit accepted")
 	}
-	if r := joblimit.MustRule("outlook", 4, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Max() != 4 {
+	if r := joblimit.MustRule("outlook", keycap.Spec{Max: 4}, joblimit.WithPrefix("p:")); r.Key() != "p:outlook" || r.Max() != 4 {
 		t.Errorf("rule %v key %q", r, r.Key())
 	}
 }
@@ -108,7 +120,7 @@ func TestNewRuleNamesTheInvalidField(t *testing.T) {
 func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("calendar:1", 1, joblimit.WithReleaseAfter(10*time.Second), joblimit.WithWaitInPlace(0))
+	rule := joblimit.MustRule("calendar:1", keycap.Spec{Max: 1}, joblimit.WithReleaseAfter(10*time.Second), joblimit.WithWaitInPlace(0))
 	release := hold(t, jl, rule, job)
 
 	ran, err := run(jl, rule, job)
@@ -126,7 +138,7 @@ func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
 	if ran, err := run(jl, rule, jobtype.Job{Kind: "Other", ID: "2"}); !ran || err != nil {
 		t.Fatalf("other kind: %v %v", ran, err)
 	}
-	if ran, err := run(jl, joblimit.MustRule("calendar:2", 1), job); !ran || err != nil {
+	if ran, err := run(jl, joblimit.MustRule("calendar:2", keycap.Spec{Max: 1}), job); !ran || err != nil {
 		t.Fatalf("other key: %v %v", ran, err)
 	}
 	release()
@@ -144,7 +156,7 @@ func TestRunsUnderTheLimitAndReleasesAfter(t *testing.T) {
 func TestSharedPool(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
-	shared := joblimit.MustRule("stripe", 1, joblimit.WithSharedPool(), joblimit.WithWaitInPlace(0))
+	shared := joblimit.MustRule("stripe", keycap.Spec{Max: 1}, joblimit.WithSharedPool(), joblimit.WithWaitInPlace(0))
 	release := hold(t, jl, shared, jobtype.Job{Kind: "Charge", ID: "1"})
 	defer release()
 	_, err := run(jl, shared, jobtype.Job{Kind: "Refund", ID: "2"})
@@ -153,7 +165,7 @@ func TestSharedPool(t *testing.T) {
 		t.Fatalf("another kind on a shared pool: %v", err)
 	}
 	// A prefix makes another pool.
-	if ran, err := run(jl, joblimit.MustRule("stripe", 1, joblimit.WithSharedPool(), joblimit.WithPrefix("eu:")), job); !ran || err != nil {
+	if ran, err := run(jl, joblimit.MustRule("stripe", keycap.Spec{Max: 1}, joblimit.WithSharedPool(), joblimit.WithPrefix("eu:")), job); !ran || err != nil {
 		t.Fatalf("prefixed: %v %v", ran, err)
 	}
 }
@@ -166,11 +178,11 @@ func TestDelays(t *testing.T) {
 		rule     joblimit.Rule
 		min, max time.Duration
 	}{
-		"no jitter":   {joblimit.MustRule("a", 0, joblimit.WithReleaseAfter(time.Second), joblimit.WithJitter(0)), time.Second, time.Second},
-		"jitter":      {joblimit.MustRule("b", 0, joblimit.WithReleaseAfter(time.Second), joblimit.WithJitter(3*time.Second)), time.Second, 4 * time.Second},
-		"zero":        {joblimit.MustRule("c", 0, joblimit.WithReleaseAfter(0)), 0, 0},
-		"date":        {joblimit.MustRule("d", 0, joblimit.WithReleaseAt(at)), time.Hour - time.Minute, time.Hour},
-		"date+jitter": {joblimit.MustRule("e", 0, joblimit.WithReleaseAt(at), joblimit.WithJitter(time.Minute)), time.Hour - time.Minute, time.Hour + time.Minute},
+		"no jitter":   {joblimit.MustRule("a", keycap.Spec{Max: 0}, joblimit.WithReleaseAfter(time.Second), joblimit.WithJitter(0)), time.Second, time.Second},
+		"jitter":      {joblimit.MustRule("b", keycap.Spec{Max: 0}, joblimit.WithReleaseAfter(time.Second), joblimit.WithJitter(3*time.Second)), time.Second, 4 * time.Second},
+		"zero":        {joblimit.MustRule("c", keycap.Spec{Max: 0}, joblimit.WithReleaseAfter(0)), 0, 0},
+		"date":        {joblimit.MustRule("d", keycap.Spec{Max: 0}, joblimit.WithReleaseAt(at)), time.Hour - time.Minute, time.Hour},
+		"date+jitter": {joblimit.MustRule("e", keycap.Spec{Max: 0}, joblimit.WithReleaseAt(at), joblimit.WithJitter(time.Minute)), time.Hour - time.Minute, time.Hour + time.Minute},
 	} {
 		for range 20 {
 			_, err := run(jl, tc.rule, job)
@@ -185,7 +197,7 @@ func TestDelays(t *testing.T) {
 func TestSkip(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, memstore.New())
-	_, err := run(jl, joblimit.MustRule("k", 0, joblimit.WithSkip()), job)
+	_, err := run(jl, joblimit.MustRule("k", keycap.Spec{Max: 0}, joblimit.WithSkip()), job)
 	var skip *jobtype.SkipError
 	if !errors.As(err, &skip) || !errors.Is(err, jobtype.ErrSkipped) {
 		t.Fatalf("got %v, want a SkipError", err)
@@ -198,7 +210,7 @@ func TestSkip(t *testing.T) {
 func TestDeadline(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("k", 0, joblimit.WithDeadline(200*time.Millisecond))
+	rule := joblimit.MustRule("k", keycap.Spec{Max: 0}, joblimit.WithDeadline(200*time.Millisecond))
 	j := jobtype.Job{Kind: "K", ID: "job-7"}
 	start := time.Now()
 	for {
@@ -230,19 +242,22 @@ func TestDeadline(t *testing.T) {
 	}
 }
 
-type downStore struct{ keycap.Store }
+// downStore is a store whose acquires fail, and that declares no feature.
+type downStore struct{ store.Store }
 
-func (downStore) Acquire(context.Context, keycap.PoolID, keycap.Owner, int, time.Duration) (bool, error) {
-	return false, errors.New("down")
+func (downStore) Features() store.Features { return 0 }
+
+func (downStore) Acquire(context.Context, store.Demand) (store.Grant, error) {
+	return store.Grant{}, errors.New("down")
 }
 
 func TestStoreFailure(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, downStore{memstore.New()})
-	if ran, err := run(jl, joblimit.MustRule("k", 1, joblimit.WithFailMode(keycap.FailOpen)), job); !ran || err != nil {
+	if ran, err := run(jl, joblimit.MustRule("k", keycap.Spec{Max: 1, FailMode: keycap.FailOpen}), job); !ran || err != nil {
 		t.Fatalf("fail-open: %v %v", ran, err)
 	}
-	ran, err := run(jl, joblimit.MustRule("k", 1, joblimit.WithFailMode(keycap.FailClosed)), job)
+	ran, err := run(jl, joblimit.MustRule("k", keycap.Spec{Max: 1, FailMode: keycap.FailClosed}), job)
 	if ran || !errors.Is(err, jobtype.ErrReleased) || !errors.Is(err, keycap.ErrStoreUnavailable) {
 		t.Fatalf("fail-closed: %v %v", ran, err)
 	}
@@ -254,7 +269,7 @@ func TestStoreFailure(t *testing.T) {
 func TestWorkErrorsAndPanicsReleaseTheSlot(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("k", 1)
+	rule := joblimit.MustRule("k", keycap.Spec{Max: 1})
 	want := errors.New("job failed")
 	if err := jl.Run(context.Background(), rule, job, func(context.Context) error { return want }); err != want {
 		t.Fatalf("Run = %v, want the job's own error", err)
@@ -279,14 +294,14 @@ func TestSlotTTL(t *testing.T) {
 		timeout time.Duration
 		want    time.Duration
 	}{
-		{joblimit.MustRule("a", 1), 0, 70 * time.Second},
-		{joblimit.MustRule("b", 1), 5 * time.Minute, 5*time.Minute + 10*time.Second},
-		{joblimit.MustRule("c", 1, joblimit.WithTTL(time.Second)), 5 * time.Minute, time.Second},
+		{joblimit.MustRule("a", keycap.Spec{Max: 1}), 0, 70 * time.Second},
+		{joblimit.MustRule("b", keycap.Spec{Max: 1}), 5 * time.Minute, 5*time.Minute + 10*time.Second},
+		{joblimit.MustRule("c", keycap.Spec{Max: 1, TTL: time.Second}), 5 * time.Minute, time.Second},
 	} {
 		rec.Reset()
 		_, _ = run(jl, tc.rule, jobtype.Job{Kind: "K", ID: "1", Timeout: tc.timeout})
 		ev := rec.Events()
-		if len(ev) == 0 || ev[0].Limit.TTL() != tc.want {
+		if len(ev) == 0 || ev[0].Limit.Spec().TTL != tc.want {
 			t.Errorf("rule %q, timeout %s: TTL %v, want %s", tc.rule.Key(), tc.timeout, ev, tc.want)
 		}
 	}
@@ -297,7 +312,7 @@ func TestSlotTTL(t *testing.T) {
 func TestWaitsInPlaceForTheNextSlot(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("in-place", 1, joblimit.WithWaitInPlace(10*time.Second))
+	rule := joblimit.MustRule("in-place", keycap.Spec{Max: 1}, joblimit.WithWaitInPlace(10*time.Second))
 	release := hold(t, jl, rule, job)
 	done := make(chan error, 1)
 	go func() {
@@ -328,7 +343,7 @@ func TestWaitsInPlaceForTheNextSlot(t *testing.T) {
 func TestParkedJobIsWokenAndKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("parked", 1, joblimit.WithWaitInPlace(0), joblimit.WithParkFor(time.Hour))
+	rule := joblimit.MustRule("parked", keycap.Spec{Max: 1}, joblimit.WithWaitInPlace(0), joblimit.WithParkFor(time.Hour))
 	release := hold(t, jl, rule, job)
 	woken := make(chan struct{}, 2)
 	parked := jobtype.Job{Kind: job.Kind, ID: "2", Wake: func(context.Context) error { woken <- struct{}{}; return nil }}
@@ -353,20 +368,20 @@ func TestParentSharedByCustomers(t *testing.T) {
 	t.Parallel()
 	jl, _ := newLimiter(t, memstore.New())
 	total := keycap.MustParent("joblimit-test-total", 2)
-	rule := func(customer string, opts ...joblimit.Option) joblimit.Rule {
-		return joblimit.MustRule("customer:"+customer, 2, append([]joblimit.Option{joblimit.WithParent(total), joblimit.WithWaitInPlace(0)}, opts...)...)
+	rule := func(customer string, weight int) joblimit.Rule {
+		return joblimit.MustRule("customer:"+customer, keycap.Spec{Max: 2, Parent: total, Weight: weight}, joblimit.WithWaitInPlace(0))
 	}
-	release := hold(t, jl, rule("a"), job)
-	if ran, err := run(jl, rule("b"), jobtype.Job{Kind: "SyncCalendar", ID: "2"}); !ran || err != nil {
+	release := hold(t, jl, rule("a", 0), job)
+	if ran, err := run(jl, rule("b", 0), jobtype.Job{Kind: "SyncCalendar", ID: "2"}); !ran || err != nil {
 		t.Fatalf("b's first job beside a's: %v %v", ran, err)
 	}
-	releaseB := hold(t, jl, rule("b"), jobtype.Job{Kind: "SyncCalendar", ID: "3"})
-	if ran, err := run(jl, rule("c"), jobtype.Job{Kind: "SyncCalendar", ID: "4"}); ran || !errors.Is(err, keycap.ErrLimitExceeded) {
+	releaseB := hold(t, jl, rule("b", 0), jobtype.Job{Kind: "SyncCalendar", ID: "3"})
+	if ran, err := run(jl, rule("c", 0), jobtype.Job{Kind: "SyncCalendar", ID: "4"}); ran || !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("c's job with the total full: ran %v, %v", ran, err)
 	}
 	release()
 	releaseB()
-	if ran, err := run(jl, rule("c", joblimit.WithWeight(2)), jobtype.Job{Kind: "SyncCalendar", ID: "5"}); !ran || err != nil {
+	if ran, err := run(jl, rule("c", 2), jobtype.Job{Kind: "SyncCalendar", ID: "5"}); !ran || err != nil {
 		t.Fatalf("a job of weight 2 with the total free: %v %v", ran, err)
 	}
 }
@@ -377,7 +392,7 @@ func TestParentSharedByCustomers(t *testing.T) {
 func TestShadowRuleNeverHoldsAJobBack(t *testing.T) {
 	t.Parallel()
 	jl, rec := newLimiter(t, memstore.New())
-	rule := joblimit.MustRule("calendar:7", 1, joblimit.WithShadow())
+	rule := joblimit.MustRule("calendar:7", keycap.Spec{Max: 1, Shadow: true})
 	wakeable := jobtype.Job{Kind: "SyncCalendar", ID: "2", Wake: func(context.Context) error { return nil }}
 	release := hold(t, jl, rule, job)
 	defer release()

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/keycap/keycap"
 )
 
-// Defaults of a Rule.
+// Defaults of a Rule, where its spec leaves a field zero.
 const (
 	DefaultReleaseAfter = 10 * time.Second // how long a job with no slot waits before its next try
 	DefaultTTL          = 70 * time.Second // slot TTL when the job's timeout is unknown
@@ -40,32 +39,22 @@ const (
 	DefaultBudget = 2 * time.Second
 )
 
-// Rule lets at most Max jobs run at once per key. Build it with NewRule.
+// Rule lets at most Spec.Max jobs run at once per key. Build it with
+// NewRule.
 type Rule struct {
+	spec         keycap.Spec
 	key          string
-	max          int
 	releaseAfter time.Duration
 	releaseAt    time.Time
 	jitter       time.Duration
 	jitterSet    bool
 	skip         bool
-	ttl          time.Duration
-	ttlSet       bool
 	shared       bool
 	prefix       string
-	fail         keycap.FailMode
-	budget       time.Duration
 	deadline     time.Duration
 	waitInPlace  time.Duration
-	waitSet      bool
 	parkFor      time.Duration
 	noHandoff    bool
-	weight       int // 0: not set
-	parent       *keycap.Parent
-	share        int // 0: not set
-	min          int
-	minSet       bool
-	shadow       bool
 }
 
 // An Option sets an optional field of a Rule.
@@ -95,13 +84,6 @@ func WithJitter(d time.Duration) Option {
 // as refusals (keycap.LimitExceeded).
 func WithSkip() Option { return Option{func(r *Rule) { r.skip = true }} }
 
-// WithTTL sets the slot TTL: how soon the slot of a job whose worker died
-// frees itself. Default: the job's timeout plus TTLMargin, or DefaultTTL when
-// the timeout is unknown. At least keycap.MinTTL (0 is invalid, as for
-// keycap.WithTTL). A running job's slot is renewed, so a job that runs longer
-// never loses its slot.
-func WithTTL(d time.Duration) Option { return Option{func(r *Rule) { r.ttl, r.ttlSet = d, true }} }
-
 // WithSharedPool counts every job kind that uses the same key (and prefix) in
 // one pool, named "job". By default each kind has its own pools, named
 // "job:<kind>".
@@ -110,20 +92,10 @@ func WithSharedPool() Option { return Option{func(r *Rule) { r.shared = true }} 
 // WithPrefix puts prefix before the key, to tell pools apart.
 func WithPrefix(prefix string) Option { return Option{func(r *Rule) { r.prefix = prefix }} }
 
-// WithFailMode sets what happens when the store fails: keycap.FailOpen runs
-// the job without a slot, keycap.FailClosed releases it (or skips it, with
-// WithSkip) as when no slot is free. Default: the keycap Limiter's.
-func WithFailMode(m keycap.FailMode) Option { return Option{func(r *Rule) { r.fail = m }} }
-
-// WithBudget sets the rule's decision budget (default DefaultBudget): how
-// long the store may take to decide on a job's slot before it counts as
-// failed and the fail mode applies. Positive.
-func WithBudget(d time.Duration) Option { return Option{func(r *Rule) { r.budget = d }} }
-
 // WithDeadline bounds how long a job may keep waiting for a slot, counted
 // from the first time it found none. Past it, the job fails with an error
 // matching jobtype.ErrDeadline, through the queue's normal failure path. The
-// store must keep marks (keycap.Marker). The wait
+// store must keep marks (store.Marks). The wait
 // itself never spends the job's attempts, so the deadline, not a count, bounds
 // it; real errors keep counting against the queue's retry limit. 0 (the
 // default) waits without bound.
@@ -135,7 +107,7 @@ func WithDeadline(d time.Duration) Option { return Option{func(r *Rule) { r.dead
 // left). 0 sends it back at once: a worker never waits, and a job that the
 // adapter can wake is parked instead.
 func WithWaitInPlace(d time.Duration) Option {
-	return Option{func(r *Rule) { r.waitInPlace, r.waitSet = d, true }}
+	return Option{func(r *Rule) { r.waitInPlace = d }}
 }
 
 // WithParkFor sets how long a parked job waits in the queue before it comes
@@ -147,61 +119,28 @@ func WithParkFor(d time.Duration) Option { return Option{func(r *Rule) { r.parkF
 // as keycap did before lines. Waiting in place still applies.
 func WithoutHandoff() Option { return Option{func(r *Rule) { r.noHandoff = true }} }
 
-// WithWeight makes each job of the rule take n of its key's slots instead
-// of one: a job that costs 3 of max 10 (keycap.WithWeight).
-func WithWeight(n int) Option { return Option{func(r *Rule) { r.weight = n }} }
-
-// WithParent makes the rule's keys share the total of p: a job needs room
-// in its key's pool and in p, and while keys wait, p's freed slots go to
-// them by their fair share, so one customer's flood of jobs cannot starve
-// the others (keycap.Parent). The rule's max must not exceed p's.
+// NewRule returns a rule letting at most spec.Max jobs run at once per key
+// (0 refuses every job). The spec is keycap's, checked as everywhere else
+// (keycap.Spec.Validate), with what a job front door decides for itself:
+//   - Name: the pool's name, the same for every job kind; empty, each kind
+//     has its own, "job:<kind>" ("job" with WithSharedPool).
+//   - Family: keycap.FamilyJob, always; leave it zero.
+//   - TTL: how soon the slot of a job whose worker died frees itself; 0,
+//     the job's timeout plus TTLMargin, or DefaultTTL when the timeout is
+//     unknown. A running job's slot is renewed, so a job that runs longer
+//     never loses it.
+//   - Wait: leave it zero; a job's wait in place is WithWaitInPlace, whose
+//     default is not zero.
+//   - Budget: 0 is DefaultBudget, not the Limiter's: a job that waits a
+//     second longer costs nobody, and a slow store should not run jobs
+//     uncapped.
+//   - FailMode: FailOpen runs the job without a slot, FailClosed releases
+//     it (or skips it, with WithSkip) as when no slot is free; FailDefault,
+//     the Limiter's.
 //
-// A queue hands its workers jobs in its own order: jobs that wait in place
-// hold workers that the other customers' jobs, queued behind the flood,
-// would need. With a parent, WithWaitInPlace(0) parks a refused job at
-// once, so that the workers go on down the queue, and each parked job is
-// woken when the fair share hands it a slot.
-func WithParent(p keycap.Parent) Option { return Option{func(r *Rule) { r.parent = &p }} }
-
-// WithShare sets the key's weight in its parent's fair share (default 1;
-// keycap.WithShare). Needs WithParent.
-func WithShare(n int) Option { return Option{func(r *Rule) { r.share = n }} }
-
-// WithMinimum makes the key served first while it holds fewer than n of its
-// parent's slots (keycap.WithMinimum). Needs WithParent.
-func WithMinimum(n int) Option { return Option{func(r *Rule) { r.min, r.minSet = n, true }} }
-
-// WithShadow makes the rule a shadow rule (keycap.WithShadow): every job is
-// decided and reported, labelled shadow, but none is held back by it, so
-// that a new cap can be watched on real jobs first.
-func WithShadow() Option { return Option{func(r *Rule) { r.shadow = true }} }
-
-// limitOptions returns the keycap options of the rule's weight, parent and
-// shadow.
-func (r Rule) limitOptions(opts []keycap.LimitOption) []keycap.LimitOption {
-	if r.weight != 0 {
-		opts = append(opts, keycap.WithWeight(r.weight))
-	}
-	if r.parent != nil {
-		opts = append(opts, keycap.WithParent(*r.parent))
-	}
-	if r.share != 0 {
-		opts = append(opts, keycap.WithShare(r.share))
-	}
-	if r.minSet {
-		opts = append(opts, keycap.WithMinimum(r.min))
-	}
-	if r.shadow {
-		opts = append(opts, keycap.WithShadow())
-	}
-	return opts
-}
-
-// NewRule returns a rule letting at most max jobs run at once per key (0
-// refuses every job). An invalid setting returns a *keycap.InvalidLimitError
-// naming it.
-func NewRule(key string, max int, opts ...Option) (Rule, error) {
-	r := Rule{key: key, max: max, releaseAfter: DefaultReleaseAfter, budget: DefaultBudget, waitInPlace: DefaultWaitInPlace, parkFor: DefaultParkFor}
+// An invalid setting returns a *keycap.InvalidLimitError naming it.
+func NewRule(key string, spec keycap.Spec, opts ...Option) (Rule, error) {
+	r := Rule{spec: spec, key: key, releaseAfter: DefaultReleaseAfter, waitInPlace: DefaultWaitInPlace, parkFor: DefaultParkFor}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&r)
@@ -211,49 +150,53 @@ func NewRule(key string, max int, opts ...Option) (Rule, error) {
 		return &keycap.InvalidLimitError{Field: field, Value: value, Reason: reason}
 	}
 	switch {
-	case r.max < 0:
-		return Rule{}, invalid("max", strconv.Itoa(r.max), "must be at least 0")
+	case spec.Family != keycap.FamilyApp && spec.Family != keycap.FamilyJob:
+		return Rule{}, invalid("Family", spec.Family.String(), "is the job family's: leave it zero")
+	case spec.Wait != 0:
+		return Rule{}, invalid("Wait", spec.Wait.String(), "leave it zero: a job's wait in place is joblimit.WithWaitInPlace")
 	case r.releaseAfter < 0:
 		return Rule{}, invalid("release after", r.releaseAfter.String(), "must be at least 0")
 	case !r.releaseAt.IsZero() && !r.releaseAt.After(time.Now()):
 		return Rule{}, invalid("release at", r.releaseAt.Format(time.RFC3339), "must be in the future")
 	case r.jitter < 0:
 		return Rule{}, invalid("jitter", r.jitter.String(), "must be at least 0")
-	case r.ttlSet && r.ttl < keycap.MinTTL:
-		return Rule{}, invalid("ttl", r.ttl.String(), "must be at least "+keycap.MinTTL.String())
-	case r.fail > keycap.FailClosed:
-		return Rule{}, invalid("fail mode", r.fail.String(), "must be FailDefault, FailOpen or FailClosed")
 	case r.deadline < 0:
 		return Rule{}, invalid("deadline", r.deadline.String(), "must be at least 0")
-	case r.budget <= 0:
-		return Rule{}, invalid("budget", r.budget.String(), "must be positive")
 	case r.waitInPlace < 0:
 		return Rule{}, invalid("wait in place", r.waitInPlace.String(), "must be at least 0")
 	case r.parkFor <= 0:
 		return Rule{}, invalid("park for", r.parkFor.String(), "must be positive")
 	}
-	if r.weight != 0 || r.parent != nil || r.share != 0 || r.minSet {
-		// Checked as keycap checks the limit each job builds.
-		if _, err := keycap.NewLimit("job", r.key, r.max, r.limitOptions(nil)...); err != nil {
-			return Rule{}, err
-		}
+	r.spec.Family = keycap.FamilyJob
+	if r.spec.Budget == 0 {
+		r.spec.Budget = DefaultBudget
+	}
+	check := r.spec
+	if check.Name == "" {
+		check.Name = "job"
+	}
+	if err := check.Validate(); err != nil {
+		return Rule{}, err
 	}
 	return r, nil
 }
 
 // MustRule is like NewRule but panics on an invalid setting.
-func MustRule(key string, max int, opts ...Option) Rule {
-	r, err := NewRule(key, max, opts...)
+func MustRule(key string, spec keycap.Spec, opts ...Option) Rule {
+	r, err := NewRule(key, spec, opts...)
 	if err != nil {
 		panic(err)
 	}
 	return r
 }
 
-// Pool returns the name of the pool a job of kind counts in: "job:<kind>",
-// or "job" for a shared rule.
+// Pool returns the name of the pool a job of kind counts in: the spec's
+// Name, or "job:<kind>", or "job" for a shared rule.
 func (r Rule) Pool(kind string) string {
-	if r.shared {
+	switch {
+	case r.spec.Name != "":
+		return r.spec.Name
+	case r.shared:
 		return "job"
 	}
 	return "job:" + kind
@@ -262,8 +205,11 @@ func (r Rule) Pool(kind string) string {
 // Key returns the key jobs count against: the prefix and the key.
 func (r Rule) Key() string { return r.prefix + r.key }
 
+// Spec returns the rule's spec.
+func (r Rule) Spec() keycap.Spec { return r.spec }
+
 // Max returns how many jobs may run at once per key.
-func (r Rule) Max() int { return r.max }
+func (r Rule) Max() int { return r.spec.Max }
 
 // Deadline returns how long a job may keep waiting for a slot; 0: no bound.
 func (r Rule) Deadline() time.Duration { return r.deadline }
@@ -271,8 +217,8 @@ func (r Rule) Deadline() time.Duration { return r.deadline }
 // slotTTL returns the TTL of a slot for a job that may run for timeout.
 func (r Rule) slotTTL(timeout time.Duration) time.Duration {
 	switch {
-	case r.ttlSet:
-		return r.ttl
+	case r.spec.TTL > 0:
+		return r.spec.TTL
 	case timeout > 0:
 		return timeout + TTLMargin
 	}
@@ -308,5 +254,5 @@ func (r Rule) delay() time.Duration {
 
 // String describes the rule without its key.
 func (r Rule) String() string {
-	return fmt.Sprintf("at most %d at once per key", r.max)
+	return fmt.Sprintf("at most %d at once per key", r.spec.Max)
 }

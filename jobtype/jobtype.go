@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 )
 
 // Job describes the job a front door decides on.
@@ -124,19 +125,20 @@ func (e *DeadlineError) Unwrap() error { return e.Err }
 // CheckDeadline reads how long job has been held back by by, starting its
 // clock the first time, and returns a *DeadlineError wrapping cause once
 // that exceeds deadline; nil before. The clock is a mark in the Limiter's
-// store (keycap.Limiter.Since), by the store's clock, so it counts whichever
+// store (frontdoor.Since), by the store's clock, so it counts whichever
 // server runs each attempt. When the store fails, it returns nil: the job is
-// released rather than failed. When the store keeps no marks, it returns
-// keycap.ErrNoMarks: a deadline on such a store is a configuration error, and
-// the job fails with it rather than wait without the bound it was given.
+// released rather than failed. When the store keeps no marks, it returns an
+// error matching keycap.ErrNotSupported: a deadline on such a store is a
+// configuration error, and the job fails with it rather than wait without
+// the bound it was given.
 func CheckDeadline(ctx context.Context, l *keycap.Limiter, by, key string, job Job, deadline time.Duration, cause error) error {
 	if job.ID == "" {
 		return fmt.Errorf("keycap: %s: a deadline needs the job's ID", by)
 	}
 	// The mark outlives the deadline, so that a job failed at its deadline
 	// and retried later by its queue is not given a fresh one.
-	age, err := l.Since(ctx, "job-wait:"+by, job.ID, 2*deadline+time.Hour)
-	if errors.Is(err, keycap.ErrNoMarks) {
+	age, err := frontdoor.Since(ctx, l, "job-wait:"+by, job.ID, 2*deadline+time.Hour)
+	if errors.Is(err, keycap.ErrNotSupported) {
 		return err
 	}
 	if err != nil || age < deadline {

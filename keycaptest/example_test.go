@@ -25,12 +25,12 @@ func ExampleRecorder() {
 	defer limiter.Close()
 	ctx := context.Background()
 
-	_ = exportReport(ctx, limiter, keycap.MustLimit("exports", "user:42", 2))
+	_ = exportReport(ctx, limiter, keycap.Spec{Name: "exports", Max: 2}.For("user:42"))
 	fmt.Println("acquired:", rec.Count(keycap.SlotAcquired, "exports"))
 	fmt.Println("released:", rec.Count(keycap.SlotReleased, "exports"))
 
 	rec.Reset()
-	err := exportReport(ctx, limiter, keycap.MustLimit("exports", "user:42", 0))
+	err := exportReport(ctx, limiter, keycap.Spec{Name: "exports", Max: 0}.For("user:42"))
 	fmt.Println("refused:", rec.Count(keycap.LimitExceeded, "exports"))
 	fmt.Println("error is ErrLimitExceeded:", errors.Is(err, keycap.ErrLimitExceeded))
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkAcquireRelease measures one acquire and one release on memstore,
@@ -20,34 +20,34 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	const room = 1 << 20
 	for _, keys := range []int{1, 10000} {
 		s := memstore.New()
-		pools := make([]keycap.PoolID, keys)
+		pools := make([]store.PoolID, keys)
 		for i := range pools {
-			pools[i] = keycap.NewPoolID("bench", fmt.Sprint(i))
+			pools[i] = store.PoolOf(0, "bench", fmt.Sprint(i))
 		}
 		b.Run(fmt.Sprintf("memstore/serial/keys=%d", keys), func(b *testing.B) {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			i := 0
 			for b.Loop() {
 				p := pools[i%keys]
 				i++
-				if ok, _ := s.Acquire(ctx, p, o, room, time.Minute); !ok {
+				if g, _ := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: room, TTL: time.Minute}); !g.Granted {
 					b.Fatal("refused")
 				}
-				_ = s.Release(ctx, p, o)
+				_, _ = s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
 			}
 		})
 		b.Run(fmt.Sprintf("memstore/parallel/keys=%d", keys), func(b *testing.B) {
 			var seq atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
-				o := keycap.NewOwner()
+				o := store.NewOwner()
 				i := int(seq.Add(7919))
 				for pb.Next() {
 					p := pools[i%keys]
 					i++
-					if ok, _ := s.Acquire(ctx, p, o, room, time.Minute); !ok {
+					if g, _ := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: room, TTL: time.Minute}); !g.Granted {
 						b.Fatal("refused")
 					}
-					_ = s.Release(ctx, p, o)
+					_, _ = s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
 				}
 			})
 		})

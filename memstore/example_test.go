@@ -3,7 +3,6 @@ package memstore_test
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
@@ -19,7 +18,7 @@ func Example() {
 	}
 	defer limiter.Close()
 
-	uploads := keycap.MustLimit("uploads", "user:42", 1)
+	uploads := keycap.Spec{Name: "uploads", Max: 1}.For("user:42")
 	lease, err := limiter.Acquire(context.Background(), uploads)
 	if err != nil {
 		panic(err)
@@ -29,29 +28,4 @@ func Example() {
 	_, err = limiter.Acquire(context.Background(), uploads)
 	fmt.Println(err)
 	// Output: keycap: limit exceeded: uploads (max 1)
-}
-
-// WithClock lets a test move the store's time by hand: here a holder that
-// never releases its lease (a crashed process) loses its slot once the TTL
-// has passed by the store's clock, without the test sleeping.
-func ExampleWithClock() {
-	var now time.Duration
-	store := memstore.New(memstore.WithClock(func() time.Duration { return now }))
-	ctx := context.Background()
-	pool := keycap.NewPoolID("reports", "team:3")
-
-	crashed, next := keycap.NewOwner(), keycap.NewOwner()
-	ok, _ := store.Acquire(ctx, pool, crashed, 1, time.Minute)
-	fmt.Println("first holder granted:", ok)
-
-	ok, _ = store.Acquire(ctx, pool, next, 1, time.Minute)
-	fmt.Println("second holder granted while the first holds:", ok)
-
-	now += time.Minute // the first holder never renewed
-	ok, _ = store.Acquire(ctx, pool, next, 1, time.Minute)
-	fmt.Println("second holder granted after the TTL:", ok)
-	// Output:
-	// first holder granted: true
-	// second holder granted while the first holds: false
-	// second holder granted after the TTL: true
 }

@@ -9,29 +9,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-var (
-	_ keycap.Inspector = (*Store)(nil)
-	_ keycap.Overrider = (*Store)(nil)
-)
-
-// InspectPools implements keycap.Inspector. Its cursor is the last pool's
+// InspectPools implements store.Store. Its cursor is the last pool's
 // ID: a page costs a pass over every shard's pools (the store's pools are
 // in this process's memory), never a copy of them.
-func (s *Store) InspectPools(_ context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
+func (s *Store) InspectPools(_ context.Context, q store.PageQuery) (store.PoolPage, error) {
 	after, err := cursor(q.Cursor)
 	if err != nil {
-		return keycap.PoolPage{}, err
+		return store.PoolPage{}, err
 	}
 	now := s.clock()
-	var out []keycap.PoolState
-	add := func(id keycap.PoolID, pls ...*pool) {
+	var out []store.PoolState
+	add := func(id store.PoolID, pls ...*pool) {
 		if id.Tag() != q.Tag {
 			return
 		}
-		st := keycap.PoolState{Pool: id}
+		st := store.PoolState{Pool: id}
 		for _, pl := range pls {
 			st.Holders, st.Waiting = pl.state(now, st.Holders, st.Waiting)
 		}
@@ -55,13 +50,13 @@ func (s *Store) InspectPools(_ context.Context, q keycap.PageQuery) (keycap.Pool
 		}
 		sh.mu.Unlock()
 	}
-	pools, next := pageOf(out, func(p keycap.PoolState) keycap.PoolID { return p.Pool }, after, q.PageSize())
-	return keycap.PoolPage{Pools: pools, Next: next}, nil
+	pools, next := pageOf(out, func(p store.PoolState) store.PoolID { return p.Pool }, after, q.PageSize())
+	return store.PoolPage{Pools: pools, Next: next}, nil
 }
 
 // pageOf sorts entries by ID and returns the page after the ID after (nil:
 // the first page) of at most n entries, and the cursor of the next page.
-func pageOf[T any](entries []T, id func(T) keycap.PoolID, after []byte, n int) ([]T, string) {
+func pageOf[T any](entries []T, id func(T) store.PoolID, after []byte, n int) ([]T, string) {
 	slices.SortFunc(entries, func(a, b T) int { x, y := id(a), id(b); return bytes.Compare(x[:], y[:]) })
 	if after != nil {
 		i, _ := slices.BinarySearchFunc(entries, after, func(e T, a []byte) int {
@@ -79,48 +74,48 @@ func pageOf[T any](entries []T, id func(T) keycap.PoolID, after []byte, n int) (
 }
 
 // state appends the pool's live leases and tickets.
-func (pl *pool) state(now time.Duration, hs []keycap.Holder, ws []keycap.Waiter) ([]keycap.Holder, []keycap.Waiter) {
+func (pl *pool) state(now time.Duration, hs []store.Holder, ws []store.Waiter) ([]store.Holder, []store.Waiter) {
 	for _, l := range pl.leases {
 		switch {
 		case l.expires >= pinned:
-			hs = append(hs, keycap.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - pinned})
+			hs = append(hs, store.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - pinned})
 		case l.expires > now:
-			hs = append(hs, keycap.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - now})
+			hs = append(hs, store.Holder{Owner: l.owner, Weight: l.slots(), Expires: l.expires - now})
 		}
 	}
 	for _, t := range pl.line {
 		if t.expires > now {
-			ws = append(ws, keycap.Waiter{Owner: t.owner, Expires: t.expires - now})
+			ws = append(ws, store.Waiter{Owner: t.owner, Expires: t.expires - now})
 		}
 	}
 	return hs, ws
 }
 
-// InspectPauses implements keycap.Inspector.
-func (s *Store) InspectPauses(_ context.Context, q keycap.PageQuery) (keycap.PausePage, error) {
+// InspectPauses implements store.Store.
+func (s *Store) InspectPauses(_ context.Context, q store.PageQuery) (store.PausePage, error) {
 	after, err := cursor(q.Cursor)
 	if err != nil {
-		return keycap.PausePage{}, err
+		return store.PausePage{}, err
 	}
 	now := s.clock()
-	var out []keycap.PauseState
+	var out []store.PauseState
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for id, end := range sh.pauses {
 			if id.Tag() == q.Tag && end > now {
-				out = append(out, keycap.PauseState{ID: id, Left: end - now})
+				out = append(out, store.PauseState{ID: id, Left: end - now})
 			}
 		}
 		for id, tat := range sh.rates {
 			if id.Tag() == q.Tag && tat > now {
-				out = append(out, keycap.PauseState{ID: id, Pace: true, Left: tat - now})
+				out = append(out, store.PauseState{ID: id, Pace: true, Left: tat - now})
 			}
 		}
 		sh.mu.Unlock()
 	}
-	pauses, next := pageOf(out, func(p keycap.PauseState) keycap.PoolID { return p.ID }, after, q.PageSize())
-	return keycap.PausePage{Pauses: pauses, Next: next}, nil
+	pauses, next := pageOf(out, func(p store.PauseState) store.PoolID { return p.ID }, after, q.PageSize())
+	return store.PausePage{Pauses: pauses, Next: next}, nil
 }
 
 // cursor decodes a page cursor: the hex ID of the last entry shown.
@@ -129,26 +124,26 @@ func cursor(c string) ([]byte, error) {
 		return nil, nil
 	}
 	b, err := hex.DecodeString(c)
-	if err != nil || len(b) != len(keycap.PoolID{}) {
+	if err != nil || len(b) != len(store.PoolID{}) {
 		return nil, fmt.Errorf("memstore: bad page cursor %q", c)
 	}
 	return b, nil
 }
 
-// overrides is the store's set of keycap.Override.
+// overrides is the store's set of store.Override.
 type overrides struct {
 	mu      sync.Mutex
 	version uint64
-	m       map[keycap.PoolID]overrideEntry
+	m       map[store.PoolID]overrideEntry
 }
 
 type overrideEntry struct {
-	o       keycap.Override
+	o       store.Override
 	expires time.Duration // 0: none
 }
 
-// SetOverride implements keycap.Overrider. It never blocks.
-func (s *Store) SetOverride(_ context.Context, o keycap.Override) error {
+// SetOverride implements store.Store. It never blocks.
+func (s *Store) SetOverride(_ context.Context, o store.Override) error {
 	now := s.clock()
 	e := overrideEntry{o: o}
 	if o.TTL > 0 {
@@ -157,15 +152,15 @@ func (s *Store) SetOverride(_ context.Context, o keycap.Override) error {
 	s.ov.mu.Lock()
 	defer s.ov.mu.Unlock()
 	if s.ov.m == nil {
-		s.ov.m = map[keycap.PoolID]overrideEntry{}
+		s.ov.m = map[store.PoolID]overrideEntry{}
 	}
 	s.ov.m[o.Pool] = e
 	s.ov.version++
 	return nil
 }
 
-// DeleteOverride implements keycap.Overrider.
-func (s *Store) DeleteOverride(_ context.Context, pool keycap.PoolID) error {
+// DeleteOverride implements store.Store.
+func (s *Store) DeleteOverride(_ context.Context, pool store.PoolID) error {
 	s.ov.mu.Lock()
 	defer s.ov.mu.Unlock()
 	if _, ok := s.ov.m[pool]; ok {
@@ -175,15 +170,15 @@ func (s *Store) DeleteOverride(_ context.Context, pool keycap.PoolID) error {
 	return nil
 }
 
-// Overrides implements keycap.Overrider.
-func (s *Store) Overrides(_ context.Context, since uint64) (uint64, []keycap.Override, error) {
+// Overrides implements store.Store.
+func (s *Store) Overrides(_ context.Context, since uint64) (uint64, []store.Override, error) {
 	now := s.clock()
 	s.ov.mu.Lock()
 	defer s.ov.mu.Unlock()
 	if s.ov.version == since {
 		return since, nil, nil
 	}
-	var list []keycap.Override
+	var list []store.Override
 	for id, e := range s.ov.m {
 		if e.expires != 0 && e.expires <= now {
 			delete(s.ov.m, id) // expired: gone without a new version

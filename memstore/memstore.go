@@ -18,8 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/coarse"
+	"github.com/keycap/keycap/internal/testhook"
+	"github.com/keycap/keycap/store"
 )
 
 const shards = 256
@@ -27,10 +28,12 @@ const shards = 256
 // sweepEvery is how often, at most, a shard drops its idle pools.
 const sweepEvery = time.Second
 
-// Store is an in-process keycap.Store. The zero value is not usable; call New.
+// Store is an in-process keycap store. The zero value is not usable; call New.
 type Store struct {
+	store.Unsupported // asynchronous releases, partitions: not here
+
 	clock  func() time.Duration // precise: pauses, paces, marks, inspection
-	manual bool                 // WithClock: leases read clock too
+	manual bool                 // withClock: leases read clock too
 	slack  time.Duration        // added to a lease's expiry: the lease clock's lag
 	shards [shards]shard
 	hub    hub
@@ -39,16 +42,16 @@ type Store struct {
 
 type shard struct {
 	mu        sync.Mutex
-	pools     map[keycap.PoolID]*pool
-	marks     map[keycap.PoolID]mark
-	pauses    map[keycap.PoolID]time.Duration // pause end
-	rates     map[keycap.PoolID]time.Duration // GCRA theoretical arrival time
-	parents   map[keycap.PoolID]*parent
+	pools     map[store.PoolID]*pool
+	marks     map[store.PoolID]mark
+	pauses    map[store.PoolID]time.Duration // pause end
+	rates     map[store.PoolID]time.Duration // GCRA theoretical arrival time
+	parents   map[store.PoolID]*parent
 	lastSweep time.Duration
 
 	// The pool used last: an acquire and its release find it with one map
 	// lookup between them.
-	lastID   keycap.PoolID
+	lastID   store.PoolID
 	lastPool *pool
 	_        [128 - 80]byte // keep shards on separate cache lines
 }
@@ -59,14 +62,14 @@ type mark struct{ start, expires time.Duration }
 // dozen), so a slice scanned in full beats any index.
 type pool struct {
 	leases []lease
-	line   []ticket // the wait line, oldest first (keycap.Liner)
+	line   []ticket // the wait line, oldest first (store.Lines)
 	max    int      // the max of the last call, which fills the line on a release
 	extra  int      // slots of weighted leases beyond one each: held = len(leases)+extra
 }
 
 // ticket is a place in a pool's line.
 type ticket struct {
-	owner   keycap.Owner
+	owner   store.Owner
 	expires time.Duration
 	claim   time.Duration
 	weight  int
@@ -74,7 +77,7 @@ type ticket struct {
 }
 
 type lease struct {
-	owner   keycap.Owner
+	owner   store.Owner
 	expires time.Duration
 	weight  int // 0 and 1: one slot
 }
@@ -85,11 +88,13 @@ func (l *lease) slots() int { return max(l.weight, 1) }
 // An Option configures a Store.
 type Option struct{ apply func(*Store) }
 
-// WithClock replaces the store's clock, a monotonic duration since an
-// arbitrary origin. It is meant for tests that move time by hand.
-func WithClock(now func() time.Duration) Option {
+// withClock replaces the store's clock, a monotonic duration since an
+// arbitrary origin, for tests that move time by hand (internal/testhook).
+func withClock(now func() time.Duration) Option {
 	return Option{func(s *Store) { s.clock, s.manual, s.slack = now, true, 0 }}
 }
+
+func init() { testhook.MemstoreClock = func(now func() time.Duration) any { return withClock(now) } }
 
 // New returns an empty store.
 //
@@ -105,35 +110,29 @@ func New(opts ...Option) *Store {
 		}
 	}
 	for i := range s.shards {
-		s.shards[i].pools = make(map[keycap.PoolID]*pool)
-		s.shards[i].marks = make(map[keycap.PoolID]mark)
-		s.shards[i].pauses = make(map[keycap.PoolID]time.Duration)
-		s.shards[i].rates = make(map[keycap.PoolID]time.Duration)
-		s.shards[i].parents = make(map[keycap.PoolID]*parent)
+		s.shards[i].pools = make(map[store.PoolID]*pool)
+		s.shards[i].marks = make(map[store.PoolID]mark)
+		s.shards[i].pauses = make(map[store.PoolID]time.Duration)
+		s.shards[i].rates = make(map[store.PoolID]time.Duration)
+		s.shards[i].parents = make(map[store.PoolID]*parent)
 	}
 	return s
 }
 
-var (
-	_ keycap.Store  = (*Store)(nil)
-	_ keycap.Marker = (*Store)(nil)
-	_ keycap.Pauser = (*Store)(nil)
-	_ keycap.Pacer  = (*Store)(nil)
-	_ keycap.Syncer = (*Store)(nil)
-	_ keycap.Liner  = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
-	_ keycap.Notifier    = (*Store)(nil)
-	_ keycap.NonBlocking = (*Store)(nil)
-	_ keycap.Pinner      = (*Store)(nil)
-)
+// features is what memstore does: everything but asynchronous releases and
+// partitions, in this process (no call waits on anything but a shard's
+// lock, so a Limiter gives them no deadline).
+const features = store.Lines | store.Notifications | store.Shares | store.Pinned | store.Members |
+	store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides | store.InProcess
 
-// NonBlocking implements keycap.NonBlocking: no call waits on anything but
-// a shard's lock, so a Limiter gives them no deadline.
-func (s *Store) NonBlocking() {}
+// Features implements store.Store.
+func (s *Store) Features() store.Features { return features }
 
-func (s *Store) shard(p keycap.PoolID) *shard { return &s.shards[p[15]] }
+func (s *Store) shard(p store.PoolID) *shard { return &s.shards[p[15]] }
 
-// fast reads the clock of leases: the coarse one, unless WithClock set one.
+// fast reads the clock of leases: the coarse one, unless withClock set one.
 func (s *Store) fast() time.Duration {
 	if s.manual {
 		return s.clock()
@@ -142,7 +141,7 @@ func (s *Store) fast() time.Duration {
 }
 
 // find returns pool p, or nil. The caller holds sh.mu.
-func (sh *shard) find(p keycap.PoolID) *pool {
+func (sh *shard) find(p store.PoolID) *pool {
 	if sh.lastPool != nil && sh.lastID == p {
 		return sh.lastPool
 	}
@@ -154,7 +153,7 @@ func (sh *shard) find(p keycap.PoolID) *pool {
 }
 
 // pool returns pool p, made if missing. The caller holds sh.mu.
-func (sh *shard) pool(p keycap.PoolID) *pool {
+func (sh *shard) pool(p store.PoolID) *pool {
 	if pl := sh.find(p); pl != nil {
 		return pl
 	}
@@ -164,27 +163,50 @@ func (sh *shard) pool(p keycap.PoolID) *pool {
 	return pl
 }
 
-// Acquire implements keycap.Store. It never blocks and ignores ctx.
-func (s *Store) Acquire(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	return s.acquire(p, owner, max, ttl, false), nil
+// Acquire implements store.Store. A pinned slot is held until Release;
+// InspectPools reports its TTL as its Expires. It never blocks and ignores
+// ctx.
+func (s *Store) Acquire(_ context.Context, d store.Demand) (store.Grant, error) {
+	switch {
+	case !d.Plain():
+		var t *store.Ticket
+		if d.Line.TTL > 0 {
+			t = &d.Line
+		}
+		return s.acquireShared(d, t), nil
+	case d.Line.TTL > 0:
+		return s.queue(d.Pool, d.Owner, d.Max, d.TTL, d.Line), nil
+	}
+	return store.Grant{Granted: s.acquire(d.Pool, d.Owner, d.Max, d.TTL, d.Pinned)}, nil
 }
 
-// AcquirePinned implements keycap.Pinner: the slot is held until Release.
-// InspectPools reports ttl as its Expires. It never blocks and ignores ctx.
-func (s *Store) AcquirePinned(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	return s.acquire(p, owner, max, ttl, true), nil
+// Release implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Release(_ context.Context, d store.Demand, leave bool) (bool, error) {
+	switch {
+	case !d.Plain():
+		return s.releaseShared(d, leave), nil
+	case leave:
+		s.dequeue(d.Pool, d.Owner)
+	default:
+		s.release(d.Pool, d.Owner)
+	}
+	return false, nil
 }
 
 // pinned starts the expiries of pinned leases: pinned+ttl is never reached
 // (the clock would need 146 years), and tells InspectPools the ttl to show.
 const pinned = time.Duration(1 << 62)
 
+// maxTTL bounds the TTL a pinned slot shows (keycap.MaxTTL), so that pinned
+// plus it cannot overflow.
+const maxTTL = 10 * 365 * 24 * time.Hour
+
 // acquire takes a slot of pool p for owner, for ttl or pinned.
-func (s *Store) acquire(p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, pin bool) bool {
+func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Duration, pin bool) bool {
 	now := s.fast()
 	expires := now + ttl + s.slack
 	if pin {
-		expires = pinned + min(ttl, keycap.MaxTTL) // no overflow
+		expires = pinned + min(ttl, maxTTL) // no overflow
 	}
 	sh := s.shard(p)
 	sh.mu.Lock()
@@ -198,11 +220,11 @@ func (s *Store) acquire(p keycap.PoolID, owner keycap.Owner, max int, ttl time.D
 	return ok
 }
 
-// Release implements keycap.Store. It never blocks and ignores ctx.
-func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) error {
+// release frees owner's plain slot of pool p.
+func (s *Store) release(p store.PoolID, owner store.Owner) {
 	sh := s.shard(p)
 	sh.mu.Lock()
-	var granted []keycap.Owner
+	var granted []store.Owner
 	if pl := sh.find(p); pl != nil {
 		if i := pl.find(owner); i >= 0 {
 			pl.remove(i)
@@ -217,11 +239,10 @@ func (s *Store) Release(_ context.Context, p keycap.PoolID, owner keycap.Owner) 
 	if granted != nil {
 		s.hub.notify(p, granted)
 	}
-	return nil
 }
 
-// Queue implements keycap.Liner. It never blocks and ignores ctx.
-func (s *Store) Queue(_ context.Context, p keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+// queue is acquire for a caller that waits in p's line when refused.
+func (s *Store) queue(p store.PoolID, owner store.Owner, max int, ttl time.Duration, t store.Ticket) store.Grant {
 	now := s.fast()
 	sh := s.shard(p)
 	sh.mu.Lock()
@@ -236,14 +257,14 @@ func (s *Store) Queue(_ context.Context, p keycap.PoolID, owner keycap.Owner, ma
 	}
 	sh.mu.Unlock()
 	s.hub.notify(p, granted)
-	return ok, ahead, nil
+	return store.Grant{Granted: ok, Ahead: ahead}
 }
 
-// Dequeue implements keycap.Liner. It never blocks and ignores ctx.
-func (s *Store) Dequeue(_ context.Context, p keycap.PoolID, owner keycap.Owner) error {
+// dequeue takes owner out of p's line, and frees a slot handed to it.
+func (s *Store) dequeue(p store.PoolID, owner store.Owner) {
 	sh := s.shard(p)
 	sh.mu.Lock()
-	var granted []keycap.Owner
+	var granted []store.Owner
 	if pl := sh.pools[p]; pl != nil {
 		pl.dequeue(owner)
 		if i := pl.find(owner); i >= 0 {
@@ -257,21 +278,20 @@ func (s *Store) Dequeue(_ context.Context, p keycap.PoolID, owner keycap.Owner) 
 	}
 	sh.mu.Unlock()
 	s.hub.notify(p, granted)
-	return nil
 }
 
-// Notify implements keycap.Notifier, in-process: fn runs in the goroutine
+// Notify implements store.Store, in-process: fn runs in the goroutine
 // whose call handed the slot, after the store's lock is released.
-func (s *Store) Notify(_ context.Context, p keycap.PoolID, fn func([]keycap.Owner)) (func(), error) {
+func (s *Store) Notify(_ context.Context, p store.PoolID, fn func([]store.Owner)) (func(), error) {
 	return s.hub.watch(p, fn), nil
 }
 
-// Renew implements keycap.Store. It never blocks and ignores ctx.
-func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
+// Renew implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Renew(_ context.Context, batch []store.Renewal) error {
 	now := s.clock()
 	for i := range batch {
 		r := &batch[i]
-		if r.Parent != (keycap.PoolID{}) {
+		if r.Parent != (store.PoolID{}) {
 			s.renewKid(r, now)
 			continue
 		}
@@ -296,8 +316,8 @@ func (s *Store) Renew(_ context.Context, batch []keycap.Renewal) error {
 	return nil
 }
 
-// Mark implements keycap.Marker. It never blocks and ignores ctx.
-func (s *Store) Mark(_ context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
+// Mark implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Mark(_ context.Context, id store.PoolID, ttl time.Duration) (time.Duration, bool, error) {
 	now := s.clock()
 	sh := s.shard(id)
 	sh.mu.Lock()
@@ -310,8 +330,8 @@ func (s *Store) Mark(_ context.Context, id keycap.PoolID, ttl time.Duration) (ti
 	return 0, true, nil
 }
 
-// Pause implements keycap.Pauser. It never blocks and ignores ctx.
-func (s *Store) Pause(_ context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
+// Pause implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Pause(_ context.Context, id store.PoolID, d time.Duration) (time.Duration, error) {
 	now := s.clock()
 	sh := s.shard(id)
 	sh.mu.Lock()
@@ -324,8 +344,8 @@ func (s *Store) Pause(_ context.Context, id keycap.PoolID, d time.Duration) (tim
 	return max(end-now, 0), nil
 }
 
-// Paused implements keycap.Pauser. It never blocks and ignores ctx.
-func (s *Store) Paused(_ context.Context, id keycap.PoolID) (time.Duration, error) {
+// Paused implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Paused(_ context.Context, id store.PoolID) (time.Duration, error) {
 	now := s.clock()
 	sh := s.shard(id)
 	sh.mu.Lock()
@@ -333,11 +353,11 @@ func (s *Store) Paused(_ context.Context, id keycap.PoolID) (time.Duration, erro
 	return max(sh.pauses[id]-now, 0), nil
 }
 
-// Pace implements keycap.Pacer with GCRA, the algorithm go-redis/redis_rate
+// Pace implements store.Store with GCRA, the algorithm go-redis/redis_rate
 // runs on Redis. It never blocks and ignores ctx.
-func (s *Store) Pace(_ context.Context, id keycap.PoolID, rate keycap.Rate) (time.Duration, error) {
+func (s *Store) Pace(_ context.Context, id store.PoolID, rate store.Rate) (time.Duration, error) {
 	if !rate.Valid() {
-		return 0, &keycap.InvalidLimitError{Field: "rate", Value: fmt.Sprintf("%+v", rate), Reason: "events, period and burst must be positive"}
+		return 0, fmt.Errorf("memstore: invalid rate %+v: events, period and burst must be positive", rate)
 	}
 	now := s.clock()
 	emission := rate.Period / time.Duration(rate.Events)
@@ -354,8 +374,8 @@ func (s *Store) Pace(_ context.Context, id keycap.PoolID, rate keycap.Rate) (tim
 	return 0, nil
 }
 
-// Sync implements keycap.Syncer. It never blocks and ignores ctx.
-func (s *Store) Sync(_ context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
+// Sync implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Sync(_ context.Context, node store.NodeID, ttl time.Duration, batch []store.SyncPool) error {
 	now := s.clock()
 	for i := range batch {
 		sp := &batch[i]
@@ -389,7 +409,7 @@ func (s *Store) Pools() int {
 // grants owner a lease of weight slots until expires if it already holds one
 // (a slot handed to its ticket included) or the pool has room and no line.
 // It returns the owners of the tickets it handed a slot.
-func (pl *pool) acquire(owner keycap.Owner, weight, max int, now, expires time.Duration) (bool, []keycap.Owner) {
+func (pl *pool) acquire(owner store.Owner, weight, max int, now, expires time.Duration) (bool, []store.Owner) {
 	if pl.max != max {
 		pl.max = max
 	}
@@ -401,7 +421,7 @@ func (pl *pool) acquire(owner keycap.Owner, weight, max int, now, expires time.D
 		return true, nil
 	}
 	held := pl.expireFind(owner, now) // one pass: the common path
-	var granted []keycap.Owner
+	var granted []store.Owner
 	if len(pl.line) > 0 {
 		granted = pl.fill(now)
 		held = pl.find(owner)
@@ -428,7 +448,7 @@ func (pl *pool) add(l lease) {
 
 // expireFind drops the expired leases and returns the index of owner's, or
 // -1.
-func (pl *pool) expireFind(owner keycap.Owner, now time.Duration) int {
+func (pl *pool) expireFind(owner store.Owner, now time.Duration) int {
 	held := -1
 	for i := range pl.leases {
 		l := &pl.leases[i]
@@ -443,7 +463,7 @@ func (pl *pool) expireFind(owner keycap.Owner, now time.Duration) int {
 }
 
 // expireFindSlow is expireFind from the first expired lease, at i, on.
-func (pl *pool) expireFindSlow(owner keycap.Owner, now time.Duration, i int) int {
+func (pl *pool) expireFindSlow(owner store.Owner, now time.Duration, i int) int {
 	live := pl.leases[:i]
 	held := -1
 	for j, l := range pl.leases[:i] {
@@ -470,7 +490,7 @@ func (pl *pool) expireFindSlow(owner keycap.Owner, now time.Duration, i int) int
 // expire drops the expired leases and returns the slots they took.
 func (pl *pool) expire(now time.Duration) int {
 	before := pl.held()
-	pl.expireFind(keycap.Owner{}, now)
+	pl.expireFind(store.Owner{}, now)
 	return before - pl.held()
 }
 
@@ -478,11 +498,11 @@ func (pl *pool) expire(now time.Duration) int {
 // dropping the expired tickets it meets, and returns their owners. A ticket
 // of weight n waits at the head until n slots are free. The caller has
 // dropped the expired leases.
-func (pl *pool) fill(now time.Duration) []keycap.Owner {
+func (pl *pool) fill(now time.Duration) []store.Owner {
 	if len(pl.line) == 0 {
 		return nil
 	}
-	var granted []keycap.Owner
+	var granted []store.Owner
 	n := 0
 	for n < len(pl.line) {
 		t := pl.line[n]
@@ -518,7 +538,7 @@ func (pl *pool) queue(t ticket) int {
 }
 
 // dequeue takes owner's ticket out of the line.
-func (pl *pool) dequeue(owner keycap.Owner) {
+func (pl *pool) dequeue(owner store.Owner) {
 	for i := range pl.line {
 		if pl.line[i].owner == owner {
 			pl.line = slices.Delete(pl.line, i, i+1)
@@ -530,7 +550,7 @@ func (pl *pool) dequeue(owner keycap.Owner) {
 // sync drops expired leases and node's leases not in live, then renews (or
 // adds back) every live lease to expire at expires. It returns how many of
 // node's leases it dropped.
-func (pl *pool) sync(node keycap.NodeID, live []keycap.Owner, now, expires time.Duration) int {
+func (pl *pool) sync(node store.NodeID, live []store.Owner, now, expires time.Duration) int {
 	kept := pl.leases[:0]
 	removed := 0
 	for _, l := range pl.leases {
@@ -556,7 +576,7 @@ func (pl *pool) sync(node keycap.NodeID, live []keycap.Owner, now, expires time.
 	return removed
 }
 
-func (pl *pool) find(owner keycap.Owner) int {
+func (pl *pool) find(owner store.Owner) int {
 	for i := range pl.leases {
 		if pl.leases[i].owner == owner {
 			return i
@@ -624,16 +644,16 @@ func (sh *shard) maybeSweep(now time.Duration) {
 type hub struct {
 	mu    sync.Mutex
 	n     atomic.Int32 // watchers: 0 makes notify free
-	pools map[keycap.PoolID][]*watcher
+	pools map[store.PoolID][]*watcher
 }
 
-type watcher struct{ fn func([]keycap.Owner) }
+type watcher struct{ fn func([]store.Owner) }
 
-func (h *hub) watch(p keycap.PoolID, fn func([]keycap.Owner)) func() {
+func (h *hub) watch(p store.PoolID, fn func([]store.Owner)) func() {
 	w := &watcher{fn: fn}
 	h.mu.Lock()
 	if h.pools == nil {
-		h.pools = make(map[keycap.PoolID][]*watcher)
+		h.pools = make(map[store.PoolID][]*watcher)
 	}
 	h.pools[p] = append(h.pools[p], w)
 	h.n.Add(1)
@@ -657,7 +677,7 @@ func (h *hub) watch(p keycap.PoolID, fn func([]keycap.Owner)) func() {
 	}
 }
 
-func (h *hub) notify(p keycap.PoolID, granted []keycap.Owner) {
+func (h *hub) notify(p store.PoolID, granted []store.Owner) {
 	if len(granted) == 0 || h.n.Load() == 0 {
 		return
 	}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/storedoc"
+	"github.com/keycap/keycap/internal/testhook"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 	"github.com/keycap/keycap/storetest"
 )
 
@@ -24,70 +26,86 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// clock is a hand-moved clock for WithClock.
+// clock is a hand-moved clock for the store (testhook.MemstoreClock).
 type clock struct{ now atomic.Int64 }
 
 func (c *clock) read() time.Duration { return time.Duration(c.now.Load()) }
 func (c *clock) add(d time.Duration) { c.now.Add(int64(d)) }
-func pool(i int) keycap.PoolID       { return keycap.NewPoolID("mem", fmt.Sprint(i)) }
+func pool(i int) store.PoolID        { return store.PoolOf(0, "mem", fmt.Sprint(i)) }
+
+// newStore returns a store whose clock is c.
+func newStore(c *clock) *memstore.Store {
+	return memstore.New(testhook.MemstoreClock(c.read).(memstore.Option))
+}
+
+// acquire asks s for a plain slot of p for o, and returns whether it was
+// granted (memstore never fails).
+func acquire(s *memstore.Store, p store.PoolID, o store.Owner, max int, ttl time.Duration) bool {
+	g, _ := s.Acquire(context.Background(), store.Demand{Pool: p, Owner: o, Max: max, TTL: ttl})
+	return g.Granted
+}
+
+// release frees o's slot of p.
+func release(s *memstore.Store, p store.PoolID, o store.Owner) {
+	_, _ = s.Release(context.Background(), store.Demand{Pool: p, Owner: o}, false)
+}
 
 func TestExpiryByItsOwnClock(t *testing.T) {
 	t.Parallel()
 	c := &clock{}
-	s := memstore.New(memstore.WithClock(c.read))
-	ctx := context.Background()
-	a := keycap.NewOwner()
-	if ok, _ := s.Acquire(ctx, pool(0), a, 1, time.Second); !ok {
+	s := newStore(c)
+	a := store.NewOwner()
+	if !acquire(s, pool(0), a, 1, time.Second) {
 		t.Fatal("refused")
 	}
 	c.add(999 * time.Millisecond)
-	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); ok {
+	if acquire(s, pool(0), store.NewOwner(), 1, time.Second) {
 		t.Fatal("granted before the lease expired")
 	}
 	c.add(time.Millisecond)
-	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); !ok {
+	if !acquire(s, pool(0), store.NewOwner(), 1, time.Second) {
 		t.Fatal("refused after the lease expired")
 	}
 }
 
-// TestPinnedHoldsUntilRelease checks AcquirePinned: the slot outlives any
+// TestPinnedHoldsUntilRelease checks a pinned Acquire: the slot outlives any
 // TTL on the store's clock, stays pinned through a Renew, is shown with its
 // TTL as Expires, and is freed by Release.
 func TestPinnedHoldsUntilRelease(t *testing.T) {
 	t.Parallel()
 	c := &clock{}
-	s := memstore.New(memstore.WithClock(c.read))
+	s := newStore(c)
 	ctx := context.Background()
-	a := keycap.NewOwner()
-	if ok, _ := s.AcquirePinned(ctx, pool(0), a, 1, time.Second); !ok {
+	a := store.NewOwner()
+	if g, _ := s.Acquire(ctx, store.Demand{Pool: pool(0), Owner: a, Max: 1, TTL: time.Second, Pinned: true}); !g.Granted {
 		t.Fatal("refused")
 	}
 	for range 2 { // a Renew between the two looks leaves it pinned
 		c.add(24 * time.Hour)
-		if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); ok {
+		if acquire(s, pool(0), store.NewOwner(), 1, time.Second) {
 			t.Fatal("granted while the pinned slot is held")
 		}
-		page, err := s.InspectPools(ctx, keycap.PageQuery{Tag: pool(0).Tag()})
+		page, err := s.InspectPools(ctx, store.PageQuery{Tag: pool(0).Tag()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(page.Pools) != 1 || len(page.Pools[0].Holders) != 1 || page.Pools[0].Holders[0].Expires != time.Second {
 			t.Fatalf("inspected %+v, want one holder expiring in its TTL, 1s", page.Pools)
 		}
-		batch := []keycap.Renewal{{Pool: pool(0), Owner: a, TTL: time.Second}}
+		batch := []store.Renewal{{Pool: pool(0), Owner: a, TTL: time.Second}}
 		if err := s.Renew(ctx, batch); err != nil || batch[0].Lost {
 			t.Fatalf("Renew: %v, lost %v", err, batch[0].Lost)
 		}
 	}
-	_ = s.Release(ctx, pool(0), a)
-	if ok, _ := s.Acquire(ctx, pool(0), keycap.NewOwner(), 1, time.Second); !ok {
+	release(s, pool(0), a)
+	if !acquire(s, pool(0), store.NewOwner(), 1, time.Second) {
 		t.Fatal("refused after Release")
 	}
 	// A TTL too long to add to the pinned mark does not wrap around.
-	if ok, _ := s.AcquirePinned(ctx, pool(1), a, 1, math.MaxInt64); !ok {
+	if g, _ := s.Acquire(ctx, store.Demand{Pool: pool(1), Owner: a, Max: 1, TTL: math.MaxInt64, Pinned: true}); !g.Granted {
 		t.Fatal("refused")
 	}
-	if ok, _ := s.Acquire(ctx, pool(1), keycap.NewOwner(), 1, time.Second); ok {
+	if acquire(s, pool(1), store.NewOwner(), 1, time.Second) {
 		t.Fatal("granted beside a pinned slot of a huge TTL: its expiry wrapped around")
 	}
 }
@@ -97,20 +115,19 @@ func TestPinnedHoldsUntilRelease(t *testing.T) {
 func TestIdlePoolsAreReclaimed(t *testing.T) {
 	t.Parallel()
 	c := &clock{}
-	s := memstore.New(memstore.WithClock(c.read))
-	ctx := context.Background()
+	s := newStore(c)
 	const keys = 100_000
-	held := keycap.NewOwner()
+	held := store.NewOwner()
 	for i := range keys {
-		o := keycap.NewOwner()
+		o := store.NewOwner()
 		if i < 10 {
 			o = held // ten pools stay busy, for a long time
-			_, _ = s.Acquire(ctx, pool(i), o, 1, time.Hour)
+			acquire(s, pool(i), o, 1, time.Hour)
 			continue
 		}
-		_, _ = s.Acquire(ctx, pool(i), o, 1, time.Minute)
+		acquire(s, pool(i), o, 1, time.Minute)
 		if i%2 == 0 {
-			_ = s.Release(ctx, pool(i), o) // half released, half left to expire
+			release(s, pool(i), o) // half released, half left to expire
 		}
 	}
 	if n := s.Pools(); n != keys {
@@ -119,13 +136,13 @@ func TestIdlePoolsAreReclaimed(t *testing.T) {
 	c.add(2 * time.Minute) // every short lease has expired
 	// Using the store sweeps the shards it touches: touch them all.
 	for i := range 5000 {
-		_, _ = s.Acquire(ctx, keycap.NewPoolID("touch", fmt.Sprint(i)), keycap.NewOwner(), 1, time.Millisecond)
+		acquire(s, store.PoolOf(0, "touch", fmt.Sprint(i)), store.NewOwner(), 1, time.Millisecond)
 	}
 	if n := s.Pools(); n > 5000+10 {
 		t.Fatalf("%d pools kept after the sweep; want at most the 10 busy ones and the new ones", n)
 	}
 	for i := range 10 {
-		if ok, _ := s.Acquire(ctx, pool(i), keycap.NewOwner(), 1, time.Hour); ok {
+		if acquire(s, pool(i), store.NewOwner(), 1, time.Hour) {
 			t.Fatalf("busy pool %d lost its lease in the sweep", i)
 		}
 	}
@@ -147,7 +164,7 @@ func TestThousandsOfGoroutines(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
-			lim := keycap.MustLimit("crowd", fmt.Sprint(g%pools), max, keycap.WithWait(time.Minute))
+			lim := keycap.Spec{Name: "crowd", Max: max, Wait: time.Minute}.For(fmt.Sprint(g % pools))
 			for range 10 {
 				ls, err := l.Acquire(context.Background(), lim)
 				if err != nil {
@@ -173,6 +190,6 @@ func TestThousandsOfGoroutines(t *testing.T) {
 	}
 }
 
-// TestDocsListThisStore: every keycap interface memstore implements lists it in
-// its doc, and none lists it that it does not implement.
+// TestDocsListThisStore: the doc of every feature memstore declares lists it,
+// and none lists it that it does not declare.
 func TestDocsListThisStore(t *testing.T) { storedoc.Check(t, "memstore", memstore.New()) }

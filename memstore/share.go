@@ -1,23 +1,20 @@
 package memstore
 
 import (
-	"context"
 	"time"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
-
-var _ keycap.Sharer = (*Store)(nil)
 
 // parent is a total shared by the pools of its keys (its kids), kept in the
 // shard of the parent's pool: every decision on a kid locks that one shard.
 type parent struct {
 	max   int
-	held  int                    // slots held by every kid
-	seq   uint64                 // the last arrival in a kid's line
-	next  time.Duration          // no lease expires before: nothing to drop
-	kids  map[keycap.PoolID]*kid // kids with a lease or a ticket
-	lined map[keycap.PoolID]*kid // kids with a ticket
+	held  int                   // slots held by every kid
+	seq   uint64                // the last arrival in a kid's line
+	next  time.Duration         // no lease expires before: nothing to drop
+	kids  map[store.PoolID]*kid // kids with a lease or a ticket
+	lined map[store.PoolID]*kid // kids with a ticket
 }
 
 // kid is one key's pool in a parent.
@@ -43,38 +40,39 @@ func (a *kid) before(b *kid) (first, tie bool) {
 	return x < y, x == y
 }
 
-// AcquireDemand implements keycap.Sharer. It never blocks and ignores ctx.
-func (s *Store) AcquireDemand(_ context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+// acquireShared is Acquire for a demand with a weight or a parent; t is
+// its ticket, nil for none.
+func (s *Store) acquireShared(d store.Demand, t *store.Ticket) store.Grant {
 	if !d.HasParent() {
 		return s.acquireWeighted(d, t)
 	}
 	now := s.clock()
-	sh := s.shard(d.Parent)
+	sh := s.shard(d.Parent.Pool)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
-	pa := sh.parents[d.Parent]
+	pa := sh.parents[d.Parent.Pool]
 	if pa == nil {
-		pa = &parent{kids: make(map[keycap.PoolID]*kid), lined: make(map[keycap.PoolID]*kid)}
-		sh.parents[d.Parent] = pa
+		pa = &parent{kids: make(map[store.PoolID]*kid), lined: make(map[store.PoolID]*kid)}
+		sh.parents[d.Parent.Pool] = pa
 	}
-	pa.max = d.ParentMax
+	pa.max = d.Parent.Max
 	pa.expire(now) // before the kid is looked up: it drops empty kids
 	k := pa.kids[d.Pool]
 	if k == nil {
 		k = &kid{}
 		pa.kids[d.Pool] = k
 	}
-	k.max, k.share, k.min = d.Max, max(d.Share, 1), d.Min
+	k.max, k.share, k.min = d.Max, max(d.Parent.Share, 1), d.Parent.Min
 	granted := pa.fill(now)
 	ok, ahead := pa.take(d, k, t, now)
 	sh.mu.Unlock()
-	s.hub.notify(d.Parent, granted)
-	return ok, ahead, nil
+	s.hub.notify(d.Parent.Pool, granted)
+	return store.Grant{Granted: ok, Ahead: ahead}
 }
 
 // take grants d to k, or queues it with t: the caller has dropped the
 // parent's expired leases and filled its free slots.
-func (pa *parent) take(d keycap.Demand, k *kid, t *keycap.Ticket, now time.Duration) (bool, int) {
+func (pa *parent) take(d store.Demand, k *kid, t *store.Ticket, now time.Duration) (bool, int) {
 	w := max(d.Weight, 1)
 	if i := k.find(d.Owner); i >= 0 {
 		k.leases[i].expires = now + d.TTL
@@ -111,7 +109,7 @@ func (pa *parent) take(d keycap.Demand, k *kid, t *keycap.Ticket, now time.Durat
 // for its caller's lease, and reports whether there were so many. The
 // caller has dropped the expired leases.
 func (k *kid) takeKept(w int) bool {
-	i := k.find(keycap.KeptFor)
+	i := k.find(store.KeptFor)
 	if i < 0 || k.leases[i].slots() < w {
 		return false
 	}
@@ -138,12 +136,12 @@ func (pa *parent) keep(k *kid, w int, now, expires time.Duration) bool {
 	if first, _ := k.before(b); !first {
 		return false
 	}
-	if i := k.find(keycap.KeptFor); i >= 0 {
+	if i := k.find(store.KeptFor); i >= 0 {
 		k.leases[i].weight = k.leases[i].slots() + w
 		k.leases[i].expires = expires
 		k.extra += w
 	} else {
-		k.add(lease{owner: keycap.KeptFor, expires: expires, weight: w})
+		k.add(lease{owner: store.KeptFor, expires: expires, weight: w})
 	}
 	pa.held += w
 	pa.next = min(pa.next, expires)
@@ -196,8 +194,8 @@ func (pa *parent) best(now time.Duration) *kid {
 // share, and returns the owners served. The best kid's head ticket waits
 // until its weight fits: nobody overtakes it. The caller has dropped the
 // expired leases.
-func (pa *parent) fill(now time.Duration) []keycap.Owner {
-	var granted []keycap.Owner
+func (pa *parent) fill(now time.Duration) []store.Owner {
+	var granted []store.Owner
 	for len(pa.lined) > 0 {
 		k := pa.best(now)
 		if k == nil {
@@ -245,7 +243,7 @@ func (pa *parent) expire(now time.Duration) {
 }
 
 // dequeue takes owner's ticket out of k's line.
-func (pa *parent) dequeue(id keycap.PoolID, k *kid, owner keycap.Owner) {
+func (pa *parent) dequeue(id store.PoolID, k *kid, owner store.Owner) {
 	k.dequeue(owner)
 	if len(k.line) == 0 {
 		delete(pa.lined, id)
@@ -269,19 +267,21 @@ func (pa *parent) live(now time.Duration) bool {
 	return false
 }
 
-// ReleaseDemand implements keycap.Sharer. It never blocks and ignores ctx.
-func (s *Store) ReleaseDemand(_ context.Context, d keycap.Demand, dequeue bool) (bool, error) {
+// releaseShared is Release for a demand with a weight or a parent.
+func (s *Store) releaseShared(d store.Demand, dequeue bool) bool {
 	if !d.HasParent() {
 		if dequeue {
-			return false, s.Dequeue(context.Background(), d.Pool, d.Owner)
+			s.dequeue(d.Pool, d.Owner)
+		} else {
+			s.release(d.Pool, d.Owner)
 		}
-		return false, s.Release(context.Background(), d.Pool, d.Owner)
+		return false
 	}
 	kept := false
-	sh := s.shard(d.Parent)
+	sh := s.shard(d.Parent.Pool)
 	sh.mu.Lock()
-	var granted []keycap.Owner
-	if pa := sh.parents[d.Parent]; pa != nil {
+	var granted []store.Owner
+	if pa := sh.parents[d.Parent.Pool]; pa != nil {
 		var now time.Duration
 		if len(pa.lined) > 0 { // only then is the clock read
 			now = s.clock()
@@ -295,8 +295,8 @@ func (s *Store) ReleaseDemand(_ context.Context, d keycap.Demand, dequeue bool) 
 				w := k.leases[i].slots()
 				pa.held -= w
 				k.remove(i)
-				if !dequeue && d.Keep > 0 && len(pa.lined) > 0 {
-					kept = pa.keep(k, w, now, now+d.Keep)
+				if !dequeue && d.Parent.Keep > 0 && len(pa.lined) > 0 {
+					kept = pa.keep(k, w, now, now+d.Parent.Keep)
 				}
 			}
 		}
@@ -305,13 +305,13 @@ func (s *Store) ReleaseDemand(_ context.Context, d keycap.Demand, dequeue bool) 
 		}
 	}
 	sh.mu.Unlock()
-	s.hub.notify(d.Parent, granted)
-	return kept, nil
+	s.hub.notify(d.Parent.Pool, granted)
+	return kept
 }
 
-// acquireWeighted is AcquireDemand for a pool with no parent: the pool's
+// acquireWeighted is acquireShared for a pool with no parent: the pool's
 // plain leases count one slot each beside the weighted ones.
-func (s *Store) acquireWeighted(d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+func (s *Store) acquireWeighted(d store.Demand, t *store.Ticket) store.Grant {
 	now := s.clock()
 	sh := s.shard(d.Pool)
 	sh.mu.Lock()
@@ -332,11 +332,11 @@ func (s *Store) acquireWeighted(d keycap.Demand, t *keycap.Ticket) (bool, int, e
 	}
 	sh.mu.Unlock()
 	s.hub.notify(d.Pool, granted)
-	return ok, ahead, nil
+	return store.Grant{Granted: ok, Ahead: ahead}
 }
 
 // renewKid is Renew for a lease of a parent's kid.
-func (s *Store) renewKid(r *keycap.Renewal, now time.Duration) {
+func (s *Store) renewKid(r *store.Renewal, now time.Duration) {
 	sh := s.shard(r.Parent)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

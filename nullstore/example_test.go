@@ -15,7 +15,7 @@ func Example() {
 	rec := &keycaptest.Recorder{}
 	limiter, _ := keycap.NewLimiter(nullstore.New(), keycap.WithObserver(rec))
 	defer limiter.Close()
-	exports := keycap.MustLimit("exports", "user:42", 1)
+	exports := keycap.Spec{Name: "exports", Max: 1}.For("user:42")
 	for range 3 {
 		lease, err := limiter.Acquire(context.Background(), exports)
 		if err != nil {

@@ -6,49 +6,52 @@
 // request through httplimit on nullstore reports SlotAcquired and
 // SlotReleased as it would on any store.
 //
-//	store := keycap.Store(memstore.New())
+//	var st keycap.Store = memstore.New()
 //	if os.Getenv("KEYCAP_DISABLED") == "1" {
-//		store = nullstore.New()
+//		st = nullstore.New()
 //	}
-//	limiter, err := keycap.NewLimiter(store)
+//	limiter, err := keycap.NewLimiter(st)
 //
-// It implements every optional capability (Marker, Pauser, Pacer, Syncer),
-// so that every front door accepts it, and never blocks.
+// It declares shares, members, marks, pauses and paces, so that every front
+// door accepts it, and never blocks. It keeps no lines, inspections or
+// overrides: a Limiter asked for those on it says so (keycap.ErrNotSupported).
 package nullstore
 
 import (
 	"context"
 	"time"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // Store grants everything and keeps nothing. The zero value is ready.
-type Store struct{}
+type Store struct {
+	store.Unsupported // no lines, notifications, inspection or overrides: nothing waits, nothing is kept
+}
 
 // New returns a store that turns limits off.
 func New() *Store { return &Store{} }
 
-var (
-	_ keycap.Store       = (*Store)(nil)
-	_ keycap.Marker      = (*Store)(nil)
-	_ keycap.Pauser      = (*Store)(nil)
-	_ keycap.Pacer       = (*Store)(nil)
-	_ keycap.Syncer      = (*Store)(nil)
-	_ keycap.NonBlocking = (*Store)(nil)
-	_ keycap.Sharer      = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
-// Acquire grants every slot.
-func (*Store) Acquire(context.Context, keycap.PoolID, keycap.Owner, int, time.Duration) (bool, error) {
-	return true, nil
+// Features implements store.Store: shares (every weight and parent is
+// granted), members, marks, pauses and paces (all answered at once), in
+// this process. It keeps no lines: a caller is never refused, so nobody
+// waits.
+func (*Store) Features() store.Features {
+	return store.Shares | store.Members | store.Marks | store.Pauses | store.Paces | store.InProcess
+}
+
+// Acquire grants every slot, whatever its weight and parent.
+func (*Store) Acquire(context.Context, store.Demand) (store.Grant, error) {
+	return store.Grant{Granted: true}, nil
 }
 
 // Release does nothing.
-func (*Store) Release(context.Context, keycap.PoolID, keycap.Owner) error { return nil }
+func (*Store) Release(context.Context, store.Demand, bool) (bool, error) { return false, nil }
 
 // Renew renews every lease.
-func (*Store) Renew(_ context.Context, batch []keycap.Renewal) error {
+func (*Store) Renew(_ context.Context, batch []store.Renewal) error {
 	for i := range batch {
 		batch[i].Lost, batch[i].Err = false, nil
 	}
@@ -56,36 +59,25 @@ func (*Store) Renew(_ context.Context, batch []keycap.Renewal) error {
 }
 
 // Mark reports every mark as started now: a job's deadline never passes.
-func (*Store) Mark(context.Context, keycap.PoolID, time.Duration) (time.Duration, bool, error) {
+func (*Store) Mark(context.Context, store.PoolID, time.Duration) (time.Duration, bool, error) {
 	return 0, true, nil
 }
 
 // Pause records nothing: no API is ever paused.
-func (*Store) Pause(context.Context, keycap.PoolID, time.Duration) (time.Duration, error) {
+func (*Store) Pause(context.Context, store.PoolID, time.Duration) (time.Duration, error) {
 	return 0, nil
 }
 
 // Paused reports nothing paused.
-func (*Store) Paused(context.Context, keycap.PoolID) (time.Duration, error) { return 0, nil }
+func (*Store) Paused(context.Context, store.PoolID) (time.Duration, error) { return 0, nil }
 
 // Pace lets every event through.
-func (*Store) Pace(context.Context, keycap.PoolID, keycap.Rate) (time.Duration, error) { return 0, nil }
+func (*Store) Pace(context.Context, store.PoolID, store.Rate) (time.Duration, error) { return 0, nil }
 
 // Sync keeps nothing and finds no ghost.
-func (*Store) Sync(_ context.Context, _ keycap.NodeID, _ time.Duration, batch []keycap.SyncPool) error {
+func (*Store) Sync(_ context.Context, _ store.NodeID, _ time.Duration, batch []store.SyncPool) error {
 	for i := range batch {
 		batch[i].Removed, batch[i].Err = 0, nil
 	}
 	return nil
 }
-
-// NonBlocking implements keycap.NonBlocking.
-func (*Store) NonBlocking() {}
-
-// AcquireDemand grants every demand, whatever its weight and parent.
-func (*Store) AcquireDemand(context.Context, keycap.Demand, *keycap.Ticket) (bool, int, error) {
-	return true, 0, nil
-}
-
-// ReleaseDemand does nothing.
-func (*Store) ReleaseDemand(context.Context, keycap.Demand, bool) (bool, error) { return false, nil }

@@ -17,6 +17,6 @@ func TestConformance(t *testing.T) {
 	}, storetest.GrantsEverything("nullstore turns limits off"))
 }
 
-// TestDocsListThisStore: every keycap interface nullstore implements lists it in
-// its doc, and none lists it that it does not implement.
+// TestDocsListThisStore: the doc of every feature nullstore declares lists
+// it, and none lists it that it does not declare.
 func TestDocsListThisStore(t *testing.T) { storedoc.Check(t, "nullstore", nullstore.New()) }

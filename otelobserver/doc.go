@@ -20,11 +20,11 @@
 //
 // Slot instruments have the attributes family ("app" for HTTP and the
 // application's own limits, "job", "conn"), limit (the limit's name), max
-// and shadow (true for a shadow limit, WithShadow), never the key: keys are
+// and shadow (true for a shadow limit, keycap.Spec.Shadow), never the key: keys are
 // unbounded (users, IPs, tenants), would explode the number of series, and
 // may be personal data. Limit names come from code (limiter names, job
 // kinds, Pusher apps), so they are few. A lease of several slots
-// (WithWeight) counts once.
+// (keycap.Spec.Weight) counts once.
 //
 //	keycap.slot_acquired_count   {slot}   counter   slots granted (connections admitted)
 //	keycap.limit_exceeded_count  {slot}   counter   refusals

@@ -40,7 +40,7 @@ func Example() {
 
 	// User 42 runs one export; a second at the same time is refused.
 	ctx := context.Background()
-	exports := keycap.MustLimit("exports", "user:42", 1)
+	exports := keycap.Spec{Name: "exports", Max: 1}.For("user:42")
 	lease, _ := limiter.Acquire(ctx, exports)
 	_, err = limiter.Acquire(ctx, exports)
 	fmt.Println("second export:", err)
@@ -73,7 +73,7 @@ func Example_spanEvents() {
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("app")
 
 	ctx, span := tracer.Start(context.Background(), "GET /export")
-	exports := keycap.MustLimit("exports", "user:42", 1)
+	exports := keycap.Spec{Name: "exports", Max: 1}.For("user:42")
 	lease, _ := limiter.Acquire(ctx, exports)
 	_, _ = limiter.Acquire(ctx, exports)
 	lease.Release()

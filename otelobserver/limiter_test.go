@@ -19,6 +19,7 @@ import (
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/otelobserver"
 	"github.com/keycap/keycap/pause"
+	"github.com/keycap/keycap/store"
 )
 
 // flaky is a store whose Acquire fails while down.
@@ -27,11 +28,11 @@ type flaky struct {
 	down bool
 }
 
-func (f *flaky) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+func (f *flaky) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
 	if f.down {
-		return false, errors.New("down")
+		return store.Grant{}, errors.New("down")
 	}
-	return f.Store.Acquire(ctx, p, o, max, ttl)
+	return f.Store.Acquire(ctx, d)
 }
 
 // TestLimiter: a real Limiter on memstore reports through the Observer, with
@@ -49,14 +50,14 @@ func TestLimiter(t *testing.T) {
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
 	ctx, span := tracer.Start(context.Background(), "request")
 
-	exports := keycap.MustLimit("exports", "user:1", 1)
+	exports := keycap.Spec{Name: "exports", Max: 1}.For("user:1")
 	// A candidate cap of 0 on another key, watched: refused, never enforced.
-	candidate := keycap.MustLimit("exports", "user:1", 0, keycap.WithShadow())
+	candidate := keycap.Spec{Name: "exports", Max: 0, Shadow: true}.For("user:1")
 	a, err := l.Acquire(ctx, exports, candidate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := l.Acquire(ctx, keycap.MustLimit("exports", "user:2", 1))
+	b, err := l.Acquire(ctx, keycap.Spec{Name: "exports", Max: 1}.For("user:2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +134,8 @@ func TestLimiter(t *testing.T) {
 
 	// A store outage and its end.
 	store.down = true
-	_, _ = l.Acquire(context.Background(), keycap.MustLimit("reports", "user:1", 1))
-	_, _ = l.Acquire(context.Background(), keycap.MustLimit("reports", "user:1", 1))
+	_, _ = l.Acquire(context.Background(), keycap.Spec{Name: "reports", Max: 1}.For("user:1"))
+	_, _ = l.Acquire(context.Background(), keycap.Spec{Name: "reports", Max: 1}.For("user:1"))
 	ms = collect(t, reader)
 	node := attribute.String("node", "")
 	if n := ms.sum(t, "keycap.store_failure_count", node); n != 1 {
@@ -145,7 +146,7 @@ func TestLimiter(t *testing.T) {
 	}
 	store.down = false
 	time.Sleep(2 * time.Millisecond) // past the recover-after time
-	ls, err := l.Acquire(context.Background(), keycap.MustLimit("reports", "user:1", 1))
+	ls, err := l.Acquire(context.Background(), keycap.Spec{Name: "reports", Max: 1}.For("user:1"))
 	if err != nil {
 		t.Fatal(err)
 	}

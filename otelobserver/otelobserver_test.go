@@ -26,9 +26,9 @@ import (
 const secret = "user:secret-42@example.com" // a key, which must appear nowhere
 
 var (
-	exports = keycap.MustLimit("exports", secret, 3)
-	sends   = keycap.MustLimit("send", secret, 2, keycap.WithFamily(keycap.FamilyJob))
-	shadow  = keycap.MustLimit("exports", secret, 1, keycap.WithShadow())
+	exports = keycap.Spec{Name: "exports", Max: 3}.For(secret)
+	sends   = keycap.Spec{Name: "send", Max: 2, Family: keycap.FamilyJob}.For(secret)
+	shadow  = keycap.Spec{Name: "exports", Max: 1, Shadow: true}.For(secret)
 )
 
 func TestSlotEvents(t *testing.T) {
@@ -273,7 +273,7 @@ func TestInUse(t *testing.T) {
 	const workers, pairs = 8, 500
 	var wg sync.WaitGroup
 	for w := range workers {
-		lim := keycap.MustLimit(fmt.Sprintf("limit-%d", w%3), secret, 5)
+		lim := keycap.Spec{Name: fmt.Sprintf("limit-%d", w%3), Max: 5}.For(secret)
 		wg.Go(func() {
 			for range pairs {
 				obs.ObserveContext(context.Background(), keycap.Event{Kind: keycap.SlotAcquired, Limit: lim})
@@ -285,7 +285,7 @@ func TestInUse(t *testing.T) {
 	ms := collect(t, reader)
 	var acquired, released int64
 	for l := range 3 {
-		lim := keycap.MustLimit(fmt.Sprintf("limit-%d", l), "", 5)
+		lim := keycap.Spec{Name: fmt.Sprintf("limit-%d", l), Max: 5}.For("")
 		acquired += ms.sum(t, "keycap.slot_acquired_count", slotAttrs(lim)...)
 		released += ms.sum(t, "keycap.slot_released_count", slotAttrs(lim)...)
 		if n := ms.sum(t, "keycap.slots_in_use", slotAttrs(lim)...); n != 0 {
@@ -514,7 +514,7 @@ func TestCacheBound(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 20 {
-				lim := keycap.MustLimit(fmt.Sprintf("limit-%d", i), secret, 1+w%2)
+				lim := keycap.Spec{Name: fmt.Sprintf("limit-%d", i), Max: 1 + w%2}.For(secret)
 				obs.ObserveContext(context.Background(), keycap.Event{Kind: keycap.SlotAcquired, Limit: lim, Waited: time.Second})
 				obs.Observe(keycap.Event{Kind: keycap.SlotReleased, Limit: lim})
 				obs.Observe(keycap.Event{Kind: keycap.CallHeld, API: fmt.Sprint("api-", i)})
@@ -531,7 +531,7 @@ func TestCacheBound(t *testing.T) {
 	}
 	for i := range 20 {
 		for _, max := range []int{1, 2} {
-			lim := keycap.MustLimit(fmt.Sprintf("limit-%d", i), "", max)
+			lim := keycap.Spec{Name: fmt.Sprintf("limit-%d", i), Max: max}.For("")
 			if n := ms.sum(t, "keycap.slot_acquired_count", slotAttrs(lim)...); n != 4 {
 				t.Errorf("%s max %d: %d acquired, want 4", lim.Name(), max, n)
 			}

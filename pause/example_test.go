@@ -101,11 +101,11 @@ func ExamplePauses_RunJob() {
 func ExampleWithRate() {
 	limiter, _ := keycap.NewLimiter(memstore.New())
 	defer limiter.Close()
-	pauses, _ := pause.New(limiter, pause.WithRate(func(api string) (keycap.Rate, bool) {
+	pauses, _ := pause.New(limiter, pause.WithRate(func(api string) (pause.Rate, bool) {
 		if api == "slow-vendor" {
-			return keycap.Rate{Events: 1, Period: time.Minute, Burst: 1}, true
+			return pause.Rate{Events: 1, Period: time.Minute, Burst: 1}, true
 		}
-		return keycap.Rate{}, false // no published rate
+		return pause.Rate{}, false // no published rate
 	}))
 
 	// PaceJob counts jobs; the Transport's pacing counts requests instead.

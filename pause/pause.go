@@ -31,17 +31,18 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/jobtype"
 	"github.com/keycap/keycap/retryafter"
+	"github.com/keycap/keycap/store"
 )
 
 // Pauses keeps the pauses and paces of APIs in a keycap store.
 type Pauses struct {
 	l        *keycap.Limiter
-	store    keycap.Pauser
-	pacer    keycap.Pacer // nil if the store does not pace
+	store    store.Store
 	parser   retryafter.Parser
-	rates    func(api string) (keycap.Rate, bool)
+	rates    func(api string) (Rate, bool)
 	jitter   time.Duration
 	deadline time.Duration
 }
@@ -51,7 +52,7 @@ type Option struct{ apply func(*config) }
 
 type config struct {
 	parser    retryafter.Parser
-	rates     func(api string) (keycap.Rate, bool)
+	rates     func(api string) (Rate, bool)
 	jitter    time.Duration
 	jitterSet bool
 	deadline  time.Duration
@@ -61,10 +62,14 @@ type config struct {
 // without a hint (default 60 s) and the cap on any wait (default 24 h).
 func WithParser(p retryafter.Parser) Option { return Option{func(c *config) { c.parser = p }} }
 
+// Rate is a pace: at most Events per Period on average, with bursts of up
+// to Burst events (at least 1).
+type Rate = store.Rate
+
 // WithRate paces calls to APIs: rates(api) returns the API's published rate,
 // or false for none. Every worker of every server shares the pace. The store
-// must pace (keycap.Pacer).
-func WithRate(rates func(api string) (keycap.Rate, bool)) Option {
+// must pace (store.Paces).
+func WithRate(rates func(api string) (Rate, bool)) Option {
 	return Option{func(c *config) { c.rates = rates }}
 }
 
@@ -79,12 +84,13 @@ func WithJitter(d time.Duration) Option {
 // throttling, from the first time it was: past it, the job fails with a
 // *jobtype.DeadlineError through the queue's normal failure path. The
 // releases never spend attempts, so the deadline, not a count, bounds them.
-// The store must keep marks (keycap.Marker). Default: no bound.
+// The store must keep marks (store.Marks). Default: no bound.
 func WithJobDeadline(d time.Duration) Option { return Option{func(c *config) { c.deadline = d }} }
 
-// New returns the pauses kept in limiter's store, which must implement
-// keycap.Pauser (its doc lists the stores that do); pacing (WithRate) needs
-// a keycap.Pacer too.
+// New returns the pauses kept in limiter's store, which must keep pauses
+// (store.Pauses: memstore, redisstore, pgstore, nullstore); pacing
+// (WithRate) needs paces too (store.Paces), and a job deadline marks
+// (store.Marks).
 func New(limiter *keycap.Limiter, opts ...Option) (*Pauses, error) {
 	if limiter == nil {
 		return nil, errors.New("pause: New: limiter is nil")
@@ -99,22 +105,22 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Pauses, error) {
 	if c.jitterSet {
 		ps.jitter = c.jitter
 	}
-	store := limiter.Store()
-	var ok bool
-	if ps.store, ok = store.(keycap.Pauser); !ok {
-		return nil, fmt.Errorf("pause: the store %T keeps no pauses (keycap.Pauser)", store)
+	ps.store = frontdoor.Store(limiter)
+	need := store.Pauses
+	if c.rates != nil {
+		need |= store.Paces
 	}
-	ps.pacer, _ = store.(keycap.Pacer)
-	_, marks := store.(keycap.Marker)
+	if c.deadline > 0 {
+		need |= store.Marks
+	}
+	if err := frontdoor.Need(limiter, need); err != nil {
+		return nil, fmt.Errorf("pause: %w", err)
+	}
 	switch {
-	case c.rates != nil && ps.pacer == nil:
-		return nil, fmt.Errorf("pause: WithRate: the store %T does not pace (keycap.Pacer)", store)
 	case c.jitterSet && c.jitter < 0:
 		return nil, &keycap.InvalidLimitError{Field: "jitter", Value: c.jitter.String(), Reason: "must be at least 0"}
 	case c.deadline < 0:
 		return nil, &keycap.InvalidLimitError{Field: "job deadline", Value: c.deadline.String(), Reason: "must be at least 0"}
-	case c.deadline > 0 && !marks:
-		return nil, fmt.Errorf("pause: WithJobDeadline: the store %T keeps no marks (keycap.Marker)", store)
 	}
 	return ps, nil
 }
@@ -129,7 +135,7 @@ func limit(what, api string) (keycap.Limit, error) {
 	if api == "" {
 		return keycap.Limit{}, ErrNoAPIName
 	}
-	return keycap.NewLimit(what, api, 1, keycap.WithFamily(keycap.FamilyPause))
+	return keycap.Spec{Name: what, Max: 1, Family: keycap.FamilyPause}.For(api), nil
 }
 
 // Pause pauses api for at least d: a longer pause already running is kept.
@@ -140,7 +146,7 @@ func (ps *Pauses) Pause(ctx context.Context, api string, d time.Duration) (time.
 		return time.Time{}, err
 	}
 	var left time.Duration
-	err = ps.l.Call(ctx, lim, func(ctx context.Context) error {
+	err = frontdoor.Call(ctx, ps.l, lim, func(ctx context.Context) error {
 		var err error
 		left, err = ps.store.Pause(ctx, lim.Pool(), d)
 		return err
@@ -162,7 +168,7 @@ func (ps *Pauses) Paused(ctx context.Context, api string) (time.Duration, error)
 		return 0, err
 	}
 	var left time.Duration
-	err = ps.l.Call(ctx, lim, func(ctx context.Context) error {
+	err = frontdoor.Call(ctx, ps.l, lim, func(ctx context.Context) error {
 		var err error
 		left, err = ps.store.Paused(ctx, lim.Pool())
 		return err
@@ -185,9 +191,9 @@ func (ps *Pauses) pace(ctx context.Context, api string) (time.Duration, error) {
 		return 0, err
 	}
 	var wait time.Duration
-	err = ps.l.Call(ctx, lim, func(ctx context.Context) error {
+	err = frontdoor.Call(ctx, ps.l, lim, func(ctx context.Context) error {
 		var err error
-		wait, err = ps.pacer.Pace(ctx, lim.Pool(), rate)
+		wait, err = ps.store.Pace(ctx, lim.Pool(), rate)
 		return err
 	})
 	return wait, err
@@ -195,7 +201,7 @@ func (ps *Pauses) pace(ctx context.Context, api string) (time.Duration, error) {
 
 func (ps *Pauses) emit(e keycap.Event) {
 	e.Family = keycap.FamilyPause
-	ps.l.Emit(e)
+	frontdoor.Emit(ps.l, e)
 }
 
 // Hint reads a response with the Pauses' parser; body is its start, or nil.

@@ -19,6 +19,7 @@ import (
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/pause"
+	"github.com/keycap/keycap/store"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
@@ -104,11 +105,15 @@ func get(t *testing.T, c *http.Client, url string) (*http.Response, string, erro
 	return resp, string(b), nil
 }
 
+// plain declares no feature of the store it wraps.
+type plain struct{ store.Store }
+
+func (plain) Features() store.Features { return 0 }
+
 func TestNewNeedsAStoreThatPauses(t *testing.T) {
 	t.Parallel()
-	type plain struct{ keycap.Store }
-	if _, err := pause.New(limiter(t, plain{memstore.New()})); err == nil {
-		t.Fatal("a store without pauses was accepted")
+	if _, err := pause.New(limiter(t, plain{memstore.New()})); !errors.Is(err, keycap.ErrNotSupported) {
+		t.Fatalf("a store without pauses: %v, want ErrNotSupported", err)
 	}
 	if _, err := pause.New(limiter(t, memstore.New()), pause.WithJitter(-1)); err == nil {
 		t.Fatal("negative jitter accepted")
@@ -357,8 +362,8 @@ func TestAPINames(t *testing.T) {
 func TestPacing(t *testing.T) {
 	t.Parallel()
 	v := newVendor(t, ok)
-	ps, rec := newPauses(t, memstore.New(), pause.WithRate(func(api string) (keycap.Rate, bool) {
-		return keycap.Rate{Events: 10, Period: time.Second, Burst: 1}, true
+	ps, rec := newPauses(t, memstore.New(), pause.WithRate(func(api string) (pause.Rate, bool) {
+		return pause.Rate{Events: 10, Period: time.Second, Burst: 1}, true
 	}))
 	c := client(ps)
 	start := time.Now()
@@ -483,8 +488,8 @@ func TestRunJobDeadline(t *testing.T) {
 
 func TestPaceJob(t *testing.T) {
 	t.Parallel()
-	ps, _ := newPauses(t, memstore.New(), pause.WithJitter(0), pause.WithRate(func(api string) (keycap.Rate, bool) {
-		return keycap.Rate{Events: 10, Period: time.Second, Burst: 1}, api == "vendor"
+	ps, _ := newPauses(t, memstore.New(), pause.WithJitter(0), pause.WithRate(func(api string) (pause.Rate, bool) {
+		return pause.Rate{Events: 10, Period: time.Second, Burst: 1}, api == "vendor"
 	}))
 	ctx := context.Background()
 	job := jobtype.Job{Kind: "sync", ID: "1"}

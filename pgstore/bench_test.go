@@ -13,6 +13,7 @@ import (
 	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/pgstore"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkRoundTrips reports the round trips (rt/op) of each decision,
@@ -25,60 +26,68 @@ func BenchmarkRoundTrips(b *testing.B) {
 		b.Fatal(err)
 	}
 	s, _ := pgstore.New(pool, pgstore.WithSchema(schema))
-	node := keycap.NewNodeID("bench")
-	full := keycap.NewPoolID("rt", "full")
+	node := store.NodeOf("bench")
+	full := store.PoolOf(0, "rt", "full")
 	for range 5 {
-		_, _ = s.Acquire(ctx, full, keycap.NewOwner(), 5, time.Hour)
+		_, _ = s.Acquire(ctx, store.Demand{Pool: full, Owner: store.NewOwner(), Max: 5, TTL: time.Hour})
 	}
-	free, o := keycap.NewPoolID("rt", "free"), keycap.NewOwner()
-	batch := make([]keycap.Renewal, 100)
+	free := store.Demand{Pool: store.PoolOf(0, "rt", "free"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute}
+	refused := func() store.Demand {
+		return store.Demand{Pool: full, Owner: store.NewOwner(), Max: 5, TTL: time.Minute}
+	}
+	batch := make([]store.Renewal, 100)
 	for i := range batch {
-		batch[i] = keycap.Renewal{Pool: keycap.NewPoolID("rt-renew", fmt.Sprint(i)), Owner: keycap.NewOwner(), TTL: time.Minute}
-		_, _ = s.Acquire(ctx, batch[i].Pool, batch[i].Owner, 1, time.Minute)
+		batch[i] = store.Renewal{Pool: store.PoolOf(0, "rt-renew", fmt.Sprint(i)), Owner: store.NewOwner(), TTL: time.Minute}
+		_, _ = s.Acquire(ctx, store.Demand{Pool: batch[i].Pool, Owner: batch[i].Owner, Max: 1, TTL: time.Minute})
 	}
-	sync := make([]keycap.SyncPool, 100)
+	sync := make([]store.SyncPool, 100)
 	for i := range sync {
-		sync[i] = keycap.SyncPool{Pool: keycap.NewPoolID("rt-sync", fmt.Sprint(i)), Members: []keycap.Owner{keycap.NodeOwner(node, fmt.Sprint(i))}}
+		sync[i] = store.SyncPool{Pool: store.PoolOf(0, "rt-sync", fmt.Sprint(i)), Members: []store.Owner{store.MemberOf(node, fmt.Sprint(i))}}
 	}
-	weighted := keycap.Demand{Pool: keycap.NewPoolID("rt", "weighted"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: 2}
+	weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: 2}
 	parent := keycap.MustParent("rt", 5).Pool()
-	kid := keycap.Demand{Pool: keycap.NewPoolID("rt", "kid"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: 1,
-		Parent: parent, ParentMax: 5, Share: 1, Keep: keycap.DefaultKeep}
+	kid := store.Demand{Pool: store.PoolOf(0, "rt", "kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: 1,
+		Parent: store.Parent{Pool: parent, Max: 5, Share: 1, Keep: keycap.DefaultKeep}}
 	fullParent := keycap.MustParent("rt-full", 5).Pool()
-	fullKid := func() keycap.Demand {
-		return keycap.Demand{Pool: keycap.NewPoolID("rt", "full-kid"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Hour, Weight: 1,
-			Parent: fullParent, ParentMax: 5, Share: 1}
+	fullKid := func() store.Demand {
+		return store.Demand{Pool: store.PoolOf(0, "rt", "full-kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Hour, Weight: 1,
+			Parent: store.Parent{Pool: fullParent, Max: 5, Share: 1}}
 	}
 	for range 5 {
-		_, _, _ = s.AcquireDemand(ctx, fullKid(), nil)
+		_, _ = s.Acquire(ctx, fullKid())
 	}
+	ticket := store.Ticket{TTL: time.Minute, Claim: time.Second}
 	ops := []struct {
 		name string
 		fn   func() error
 	}{
-		{"acquire", func() error { _, err := s.Acquire(ctx, free, o, 5, time.Minute); return err }},
-		{"reject", func() error { _, err := s.Acquire(ctx, full, keycap.NewOwner(), 5, time.Minute); return err }},
-		{"release", func() error { return s.Release(ctx, free, o) }},
+		{"acquire", func() error { _, err := s.Acquire(ctx, free); return err }},
+		{"reject", func() error { _, err := s.Acquire(ctx, refused()); return err }},
+		{"release", func() error { _, err := s.Release(ctx, free, false); return err }},
 		{"queue-refused", func() error {
-			_, _, err := s.Queue(ctx, full, keycap.NewOwner(), 5, time.Minute, keycap.Ticket{TTL: time.Minute, Claim: time.Second})
+			d := refused()
+			d.Line = ticket
+			_, err := s.Acquire(ctx, d)
 			return err
 		}},
-		{"dequeue", func() error { return s.Dequeue(ctx, full, keycap.NewOwner()) }},
+		{"dequeue", func() error { _, err := s.Release(ctx, refused(), true); return err }},
 		{"renew-100", func() error { return s.Renew(ctx, batch) }},
 		{"sync-100-pools", func() error { return s.Sync(ctx, node, time.Minute, sync) }},
-		{"mark", func() error { _, _, err := s.Mark(ctx, free, time.Minute); return err }},
-		{"pause", func() error { _, err := s.Pause(ctx, free, time.Second); return err }},
-		{"paused", func() error { _, err := s.Paused(ctx, free); return err }},
+		{"mark", func() error { _, _, err := s.Mark(ctx, free.Pool, time.Minute); return err }},
+		{"pause", func() error { _, err := s.Pause(ctx, free.Pool, time.Second); return err }},
+		{"paused", func() error { _, err := s.Paused(ctx, free.Pool); return err }},
 		{"pace", func() error {
-			_, err := s.Pace(ctx, free, keycap.Rate{Events: 1000, Period: time.Second, Burst: 1000})
+			_, err := s.Pace(ctx, free.Pool, store.Rate{Events: 1000, Period: time.Second, Burst: 1000})
 			return err
 		}},
-		{"weighted-acquire", func() error { _, _, err := s.AcquireDemand(ctx, weighted, nil); return err }},
-		{"weighted-release", func() error { _, err := s.ReleaseDemand(ctx, weighted, false); return err }},
-		{"parent-acquire", func() error { _, _, err := s.AcquireDemand(ctx, kid, nil); return err }},
-		{"parent-release", func() error { _, err := s.ReleaseDemand(ctx, kid, false); return err }},
+		{"weighted-acquire", func() error { _, err := s.Acquire(ctx, weighted); return err }},
+		{"weighted-release", func() error { _, err := s.Release(ctx, weighted, false); return err }},
+		{"parent-acquire", func() error { _, err := s.Acquire(ctx, kid); return err }},
+		{"parent-release", func() error { _, err := s.Release(ctx, kid, false); return err }},
 		{"parent-refusal-with-ticket", func() error {
-			_, _, err := s.AcquireDemand(ctx, fullKid(), &keycap.Ticket{TTL: time.Minute, Claim: time.Second})
+			d := fullKid()
+			d.Line = ticket
+			_, err := s.Acquire(ctx, d)
 			return err
 		}},
 	}
@@ -115,12 +124,13 @@ func BenchmarkPairsVsSelect1(b *testing.B) {
 			s, _ := pgstore.New(pool, pgstore.WithSchema(schema))
 			select1 := func(int) error { _, err := pool.Exec(ctx, "SELECT 1"); return err }
 			pair := func(w int) error {
-				p, o := keycap.NewPoolID("pairs", fmt.Sprint(w)), keycap.NewOwner()
-				ok, err := s.Acquire(ctx, p, o, 1, time.Minute)
-				if err != nil || !ok {
-					return fmt.Errorf("acquire: %v %v", ok, err)
+				d := store.Demand{Pool: store.PoolOf(0, "pairs", fmt.Sprint(w)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}
+				g, err := s.Acquire(ctx, d)
+				if err != nil || !g.Granted {
+					return fmt.Errorf("acquire: %v %v", g.Granted, err)
 				}
-				return s.Release(ctx, p, o)
+				_, err = s.Release(ctx, d, false)
+				return err
 			}
 			t := testkit.Alternate(b, conns, max(conns*50, 500), 200, select1, pair)
 			selTime, pairTime := t[0], t[1]
@@ -167,13 +177,14 @@ func BenchmarkTableGrowth(b *testing.B) {
 		for range conns {
 			wg.Go(func() {
 				for i := next.Add(1); i <= total; i = next.Add(1) {
-					p, o := keycap.NewPoolID("growth", fmt.Sprint(rand.IntN(keys))), keycap.NewOwner()
-					if _, err := s.Acquire(ctx, p, o, 1000, 200*time.Millisecond); err != nil {
+					d := store.Demand{Pool: store.PoolOf(0, "growth", fmt.Sprint(rand.IntN(keys))), Owner: store.NewOwner(),
+						Max: 1000, TTL: 200 * time.Millisecond}
+					if _, err := s.Acquire(ctx, d); err != nil {
 						b.Error(err)
 						return
 					}
 					if i%10 != 0 {
-						if err := s.Release(ctx, p, o); err != nil {
+						if _, err := s.Release(ctx, d, false); err != nil {
 							b.Error(err)
 							return
 						}

@@ -43,7 +43,7 @@ func Example() {
 	defer limiter.Close()
 
 	// At most 4 imports at once per tenant, across every server.
-	imports := keycap.MustLimit("imports", "tenant:acme", 4)
+	imports := keycap.Spec{Name: "imports", Max: 4}.For("tenant:acme")
 	err = limiter.Do(ctx, func(ctx context.Context) error {
 		// ... run the import: the slot is held, and renewed, until it returns ...
 		return nil

@@ -8,12 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/keycap/keycap"
-)
-
-var (
-	_ keycap.Inspector = (*Store)(nil)
-	_ keycap.Overrider = (*Store)(nil)
+	"github.com/keycap/keycap/store"
 )
 
 // MaxPage is the most entries a page of InspectPools or InspectPauses
@@ -21,27 +16,27 @@ var (
 const MaxPage = 1000
 
 // pageSize returns q's page size, at most MaxPage.
-func pageSize(q keycap.PageQuery) int { return min(q.PageSize(), MaxPage) }
+func pageSize(q store.PageQuery) int { return min(q.PageSize(), MaxPage) }
 
-// InspectPools implements keycap.Inspector: one function call per page,
+// InspectPools implements store.Store (store.Inspection): one function call per page,
 // which walks the tag's pools in the lease and ticket tables' primary keys
 // (and a parent's keys in their own indexes), one index probe per table and
 // pool, and reads the rows of the page's pools only: a page's cost follows
 // its pools, never the table's size. Its cursor is the hex ID of the page's
 // last pool. A parent's pool lists every key's leases and tickets, and each
 // key its own under its pool, as memstore does.
-func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
+func (s *Store) InspectPools(ctx context.Context, q store.PageQuery) (store.PoolPage, error) {
 	after, err := cursor(q)
 	if err != nil {
-		return keycap.PoolPage{}, err
+		return store.PoolPage{}, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, s.sql["inspect"], q.Tag[:], after, pageSize(q))
 	if err != nil {
-		return keycap.PoolPage{}, wrap("inspect", err)
+		return store.PoolPage{}, wrap("inspect", err)
 	}
-	var page keycap.PoolPage
+	var page store.PoolPage
 	var (
 		pool, owner []byte
 		kind        int16
@@ -49,63 +44,63 @@ func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.Po
 		left        int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&pool, &kind, &owner, &weight, &left}, func() error {
-		if len(pool) != len(keycap.PoolID{}) || (kind != 2 && len(owner) != len(keycap.Owner{})) {
+		if len(pool) != len(store.PoolID{}) || (kind != 2 && len(owner) != len(store.Owner{})) {
 			return fmt.Errorf("a row of pool %x, owner %x", pool, owner)
 		}
-		id := keycap.PoolID(pool)
+		id := store.PoolID(pool)
 		if kind == 2 {
 			page.Next = id.String()
 			return nil
 		}
 		if n := len(page.Pools); n == 0 || page.Pools[n-1].Pool != id {
-			page.Pools = append(page.Pools, keycap.PoolState{Pool: id})
+			page.Pools = append(page.Pools, store.PoolState{Pool: id})
 		}
 		st := &page.Pools[len(page.Pools)-1]
 		d := time.Duration(left) * time.Microsecond
 		if kind == 0 {
-			st.Holders = append(st.Holders, keycap.Holder{Owner: keycap.Owner(owner), Weight: int(weight), Expires: d})
+			st.Holders = append(st.Holders, store.Holder{Owner: store.Owner(owner), Weight: int(weight), Expires: d})
 		} else {
-			st.Waiting = append(st.Waiting, keycap.Waiter{Owner: keycap.Owner(owner), Expires: d})
+			st.Waiting = append(st.Waiting, store.Waiter{Owner: store.Owner(owner), Expires: d})
 		}
 		return nil
 	})
 	if err != nil {
-		return keycap.PoolPage{}, wrap("inspect", err)
+		return store.PoolPage{}, wrap("inspect", err)
 	}
 	return page, nil
 }
 
-// InspectPauses implements keycap.Inspector: one function call per page,
+// InspectPauses implements store.Store (store.Inspection): one function call per page,
 // reading the pause and rate tables in their primary keys' range for the
 // tag. A pace is listed while its theoretical arrival time is ahead of the
 // database's clock, with how far ahead it is.
-func (s *Store) InspectPauses(ctx context.Context, q keycap.PageQuery) (keycap.PausePage, error) {
+func (s *Store) InspectPauses(ctx context.Context, q store.PageQuery) (store.PausePage, error) {
 	after, err := cursor(q)
 	if err != nil {
-		return keycap.PausePage{}, err
+		return store.PausePage{}, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	n := pageSize(q)
 	rows, err := s.pool.Query(ctx, s.sql["inspect_pauses"], q.Tag[:], after, n)
 	if err != nil {
-		return keycap.PausePage{}, wrap("inspect pauses", err)
+		return store.PausePage{}, wrap("inspect pauses", err)
 	}
-	var page keycap.PausePage
+	var page store.PausePage
 	var (
 		id   []byte
 		pace bool
 		left int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &pace, &left}, func() error {
-		if len(id) != len(keycap.PoolID{}) {
+		if len(id) != len(store.PoolID{}) {
 			return fmt.Errorf("a row of ID %x", id)
 		}
-		page.Pauses = append(page.Pauses, keycap.PauseState{ID: keycap.PoolID(id), Pace: pace, Left: time.Duration(left) * time.Microsecond})
+		page.Pauses = append(page.Pauses, store.PauseState{ID: store.PoolID(id), Pace: pace, Left: time.Duration(left) * time.Microsecond})
 		return nil
 	})
 	if err != nil {
-		return keycap.PausePage{}, wrap("inspect pauses", err)
+		return store.PausePage{}, wrap("inspect pauses", err)
 	}
 	if len(page.Pauses) > n {
 		page.Pauses = page.Pauses[:n]
@@ -117,21 +112,21 @@ func (s *Store) InspectPauses(ctx context.Context, q keycap.PageQuery) (keycap.P
 // cursor decodes q's cursor, the hex ID of the last entry of the previous
 // page: nil for the first page, an error for anything that is not the ID
 // of a pool of q's tag.
-func cursor(q keycap.PageQuery) ([]byte, error) {
+func cursor(q store.PageQuery) ([]byte, error) {
 	if q.Cursor == "" {
 		return nil, nil
 	}
 	b, err := hex.DecodeString(q.Cursor)
-	if err != nil || len(b) != len(keycap.PoolID{}) || keycap.PoolID(b).Tag() != q.Tag {
+	if err != nil || len(b) != len(store.PoolID{}) || store.PoolID(b).Tag() != q.Tag {
 		return nil, fmt.Errorf("pgstore: bad page cursor %q for tag %s", q.Cursor, q.Tag)
 	}
 	return b, nil
 }
 
-// SetOverride implements keycap.Overrider: one function call, which stores
+// SetOverride implements store.Store (store.Overrides): one function call, which stores
 // the override, drops the expired ones and bumps the version, in one
 // transaction.
-func (s *Store) SetOverride(ctx context.Context, o keycap.Override) error {
+func (s *Store) SetOverride(ctx context.Context, o store.Override) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var ttl int64
@@ -145,9 +140,9 @@ func (s *Store) SetOverride(ctx context.Context, o keycap.Override) error {
 	return nil
 }
 
-// DeleteOverride implements keycap.Overrider: one function call, which
+// DeleteOverride implements store.Store (store.Overrides): one function call, which
 // bumps the version if it removed an override.
-func (s *Store) DeleteOverride(ctx context.Context, pool keycap.PoolID) error {
+func (s *Store) DeleteOverride(ctx context.Context, pool store.PoolID) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, s.sql["delete_override"], pool[:]); err != nil {
@@ -156,11 +151,11 @@ func (s *Store) DeleteOverride(ctx context.Context, pool keycap.PoolID) error {
 	return nil
 }
 
-// Overrides implements keycap.Overrider: one function call, which reads
+// Overrides implements store.Store (store.Overrides): one function call, which reads
 // the version's row alone when it is still since, and else the overrides
 // too, in the same snapshot. An override's TTL is its time left by the
 // database's clock.
-func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []keycap.Override, error) {
+func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []store.Override, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, s.sql["overrides"], int64(since))
@@ -173,7 +168,7 @@ func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []keycap.O
 		family          int16
 		maxSlots, share int32
 		left            int64
-		list            []keycap.Override
+		list            []store.Override
 		gotVersion      bool
 	)
 	_, err = pgx.ForEachRow(rows, []any{&version, &pool, &family, &name, &key, &maxSlots, &share, &left}, func() error {
@@ -181,13 +176,13 @@ func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []keycap.O
 			gotVersion = true
 			return nil
 		}
-		if len(pool) != len(keycap.PoolID{}) {
+		if len(pool) != len(store.PoolID{}) {
 			return fmt.Errorf("an override of pool %x", pool)
 		}
-		list = append(list, keycap.Override{
-			Family: keycap.Family(family), Name: string(name), Key: string(key),
+		list = append(list, store.Override{
+			Family: uint8(family), Name: string(name), Key: string(key),
 			Max: int(maxSlots), Share: int(share), TTL: time.Duration(left) * time.Microsecond,
-			Pool: keycap.PoolID(pool),
+			Pool: store.PoolID(pool),
 		})
 		return nil
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/pgstore"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkInspect pages through the 100 pools of a name (a lease each)
@@ -36,7 +37,7 @@ func BenchmarkInspect(b *testing.B) {
 					return nil, nil
 				}
 				i++
-				p, o := keycap.NewPoolID("inspect-bench-other", fmt.Sprint(i)), keycap.NewOwner()
+				p, o := store.PoolOf(0, "inspect-bench-other", fmt.Sprint(i)), store.NewOwner()
 				return []any{p[:], o[:], expires}, nil
 			}
 		}()))
@@ -44,13 +45,14 @@ func BenchmarkInspect(b *testing.B) {
 		b.Fatalf("copied %d rows: %v", n, err)
 	}
 	for i := range mine {
-		if ok, err := s.Acquire(ctx, keycap.NewPoolID("inspect-bench", fmt.Sprint(i)), keycap.NewOwner(), 1, time.Hour); err != nil || !ok {
-			b.Fatalf("Acquire: %v, %v", ok, err)
+		d := store.Demand{Pool: store.PoolOf(0, "inspect-bench", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Hour}
+		if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
+			b.Fatalf("Acquire: %+v, %v", g, err)
 		}
 	}
-	tag := keycap.TagOf(keycap.FamilyApp, "inspect-bench")
+	tag := store.TagOf(byte(keycap.FamilyApp), "inspect-bench")
 	pageThrough := func(size int) (pages, pools int, err error) {
-		q := keycap.PageQuery{Tag: tag, Limit: size}
+		q := store.PageQuery{Tag: tag, Limit: size}
 		for {
 			page, err := s.InspectPools(ctx, q)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv/pgenv"
 	"github.com/keycap/keycap/pgstore"
+	"github.com/keycap/keycap/store"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -24,10 +25,10 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // pages reads every page of tag.
-func pages(t *testing.T, s *pgstore.Store, tag keycap.Tag, limit int) []keycap.PoolState {
+func pages(t *testing.T, s *pgstore.Store, tag store.Tag, limit int) []store.PoolState {
 	t.Helper()
-	var out []keycap.PoolState
-	q := keycap.PageQuery{Tag: tag, Limit: limit}
+	var out []store.PoolState
+	q := store.PageQuery{Tag: tag, Limit: limit}
 	for range 1000 {
 		page, err := s.InspectPools(testCtx(t), q)
 		if err != nil {
@@ -43,25 +44,25 @@ func pages(t *testing.T, s *pgstore.Store, tag keycap.Tag, limit int) []keycap.P
 	return nil
 }
 
-func owners(hs []keycap.Holder) []keycap.Owner {
-	var out []keycap.Owner
+func owners(hs []store.Holder) []store.Owner {
+	var out []store.Owner
 	for _, h := range hs {
 		out = append(out, h.Owner)
 	}
 	return out
 }
 
-func waiters(ws []keycap.Waiter) []keycap.Owner {
-	var out []keycap.Owner
+func waiters(ws []store.Waiter) []store.Owner {
+	var out []store.Owner
 	for _, w := range ws {
 		out = append(out, w.Owner)
 	}
 	return out
 }
 
-func sorted(os []keycap.Owner) []keycap.Owner {
+func sorted(os []store.Owner) []store.Owner {
 	os = slices.Clone(os)
-	slices.SortFunc(os, func(a, b keycap.Owner) int { return slices.Compare(a[:], b[:]) })
+	slices.SortFunc(os, func(a, b store.Owner) int { return slices.Compare(a[:], b[:]) })
 	return os
 }
 
@@ -74,39 +75,40 @@ func TestInspectParentsAndKeys(t *testing.T) {
 	_, schema := migrated(t)
 	s := newStore(t, schema)
 	parent := keycap.MustParent("inspect-parent", 3).Pool()
-	kid := func(key string) keycap.PoolID { return keycap.NewPoolID("inspect-kid", key) }
-	demand := func(key string) keycap.Demand {
-		return keycap.Demand{Pool: kid(key), Owner: keycap.NewOwner(), Max: 3, TTL: time.Minute, Weight: 1,
-			Parent: parent, ParentMax: 3, Share: 1}
+	kid := func(key string) store.PoolID { return store.PoolOf(0, "inspect-kid", key) }
+	demand := func(key string) store.Demand {
+		return store.Demand{Pool: kid(key), Owner: store.NewOwner(), Max: 3, TTL: time.Minute, Weight: 1,
+			Parent: store.Parent{Pool: parent, Max: 3, Share: 1}}
 	}
-	held := map[keycap.PoolID][]keycap.Owner{}
+	held := map[store.PoolID][]store.Owner{}
 	for _, key := range []string{"a", "a", "b"} {
 		d := demand(key)
-		if ok, _, err := s.AcquireDemand(testCtx(t), d, nil); err != nil || !ok {
-			t.Fatalf("AcquireDemand: %v, %v", ok, err)
+		if g, err := s.Acquire(testCtx(t), d); err != nil || !g.Granted {
+			t.Fatalf("Acquire: %+v, %v", g, err)
 		}
 		held[d.Pool] = append(held[d.Pool], d.Owner)
 	}
-	var line []keycap.Owner // the parent is full: these wait
-	lined := map[keycap.PoolID][]keycap.Owner{}
+	var line []store.Owner // the parent is full: these wait
+	lined := map[store.PoolID][]store.Owner{}
 	for _, key := range []string{"b", "c", "b"} {
 		d := demand(key)
-		if ok, _, err := s.AcquireDemand(testCtx(t), d, &keycap.Ticket{TTL: time.Minute, Claim: time.Minute}); err != nil || ok {
-			t.Fatalf("AcquireDemand with a ticket: %v, %v; want queued", ok, err)
+		d.Line = store.Ticket{TTL: time.Minute, Claim: time.Minute}
+		if g, err := s.Acquire(testCtx(t), d); err != nil || g.Granted {
+			t.Fatalf("Acquire with a ticket: %+v, %v; want queued", g, err)
 		}
 		line = append(line, d.Owner)
 		lined[d.Pool] = append(lined[d.Pool], d.Owner)
 	}
 	// A plain pool of the kids' name beside them.
-	plain, po := kid("plain"), keycap.NewOwner()
-	if ok, err := s.Acquire(testCtx(t), plain, po, 1, time.Minute); err != nil || !ok {
-		t.Fatalf("Acquire: %v, %v", ok, err)
+	plain, po := kid("plain"), store.NewOwner()
+	if g, err := s.Acquire(testCtx(t), store.Demand{Pool: plain, Owner: po, Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
+		t.Fatalf("Acquire: %+v, %v", g, err)
 	}
-	held[plain] = []keycap.Owner{po}
+	held[plain] = []store.Owner{po}
 
 	for _, size := range []int{1, 100} {
 		got := pages(t, s, kid("").Tag(), size)
-		ids := make([]keycap.PoolID, 0, len(got))
+		ids := make([]store.PoolID, 0, len(got))
 		for _, p := range got {
 			ids = append(ids, p.Pool)
 			if !slices.Equal(sorted(owners(p.Holders)), sorted(held[p.Pool])) {
@@ -116,8 +118,8 @@ func TestInspectParentsAndKeys(t *testing.T) {
 				t.Fatalf("page size %d: pool %s's line %v, want %v", size, p.Pool, waiters(p.Waiting), lined[p.Pool])
 			}
 		}
-		want := []keycap.PoolID{kid("a"), kid("b"), kid("c"), plain}
-		slices.SortFunc(want, func(a, b keycap.PoolID) int { return slices.Compare(a[:], b[:]) })
+		want := []store.PoolID{kid("a"), kid("b"), kid("c"), plain}
+		slices.SortFunc(want, func(a, b store.PoolID) int { return slices.Compare(a[:], b[:]) })
 		if !slices.Equal(ids, want) {
 			t.Fatalf("page size %d: pools %v, want %v in order", size, ids, want)
 		}
@@ -127,8 +129,8 @@ func TestInspectParentsAndKeys(t *testing.T) {
 	if len(got) != 1 || got[0].Pool != parent {
 		t.Fatalf("the parent's tag shows %+v, want the parent's pool alone", got)
 	}
-	var all []keycap.Owner
-	for _, p := range []keycap.PoolID{kid("a"), kid("b")} {
+	var all []store.Owner
+	for _, p := range []store.PoolID{kid("a"), kid("b")} {
 		all = append(all, held[p]...)
 	}
 	if !slices.Equal(sorted(owners(got[0].Holders)), sorted(all)) || got[0].Held() != 3 {
@@ -147,9 +149,9 @@ func TestInspectSkipsWhatExpired(t *testing.T) {
 	pool, schema := migrated(t)
 	s := newStore(t, schema)
 	ctx := testCtx(t)
-	id := func(key string) keycap.PoolID { return keycap.NewPoolID("inspect-expired", key) }
+	id := func(key string) store.PoolID { return store.PoolOf(0, "inspect-expired", key) }
 	lapsed, waiting := id("lapsed"), id("waiting")
-	live, dead, gone := keycap.NewOwner(), keycap.NewOwner(), keycap.NewOwner()
+	live, dead, gone := store.NewOwner(), store.NewOwner(), store.NewOwner()
 	// Rows written as a crashed holder would leave them: past their expiry.
 	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.keycap_lease (pool, owner, expires_at) VALUES
 		($1, $2, now() - interval '1 second'), ($3, $2, now() - interval '1 second')`, lapsed[:], gone[:], waiting[:]); err != nil {
@@ -161,7 +163,7 @@ func TestInspectSkipsWhatExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := pages(t, s, lapsed.Tag(), 0)
-	if len(got) != 1 || got[0].Pool != waiting || len(got[0].Holders) != 0 || !slices.Equal(waiters(got[0].Waiting), []keycap.Owner{live}) {
+	if len(got) != 1 || got[0].Pool != waiting || len(got[0].Holders) != 0 || !slices.Equal(waiters(got[0].Waiting), []store.Owner{live}) {
 		t.Fatalf("pools %+v, want the waiting pool alone, with its live ticket", got)
 	}
 }
@@ -172,28 +174,28 @@ func TestInspectCursorsAreChecked(t *testing.T) {
 	t.Parallel()
 	_, schema := migrated(t)
 	s := newStore(t, schema)
-	tag := keycap.TagOf(keycap.FamilyApp, "inspect-cursor")
-	for _, c := range []string{"not a cursor", "00", keycap.NewPoolID("another-name", "k").String(), keycap.NewPoolID("inspect-cursor", "k").String() + "00"} {
-		if _, err := s.InspectPools(testCtx(t), keycap.PageQuery{Tag: tag, Cursor: c}); err == nil {
+	tag := store.TagOf(byte(keycap.FamilyApp), "inspect-cursor")
+	for _, c := range []string{"not a cursor", "00", store.PoolOf(0, "another-name", "k").String(), store.PoolOf(0, "inspect-cursor", "k").String() + "00"} {
+		if _, err := s.InspectPools(testCtx(t), store.PageQuery{Tag: tag, Cursor: c}); err == nil {
 			t.Errorf("InspectPools took the cursor %q", c)
 		}
-		if _, err := s.InspectPauses(testCtx(t), keycap.PageQuery{Tag: tag, Cursor: c}); err == nil {
+		if _, err := s.InspectPauses(testCtx(t), store.PageQuery{Tag: tag, Cursor: c}); err == nil {
 			t.Errorf("InspectPauses took the cursor %q", c)
 		}
 	}
-	if _, err := s.InspectPools(testCtx(t), keycap.PageQuery{Tag: tag, Cursor: keycap.NewPoolID("inspect-cursor", "k").String()}); err != nil {
+	if _, err := s.InspectPools(testCtx(t), store.PageQuery{Tag: tag, Cursor: store.PoolOf(0, "inspect-cursor", "k").String()}); err != nil {
 		t.Errorf("a cursor of the tag: %v", err)
 	}
-	var ids []keycap.PoolID
+	var ids []store.PoolID
 	for i := range pgstore.MaxPage + 5 {
-		p := keycap.PoolIDOf(keycap.FamilyPause, "inspect-cursor", fmt.Sprint(i))
+		p := store.PoolOf(byte(keycap.FamilyPause), "inspect-cursor", fmt.Sprint(i))
 		if _, err := s.Pause(testCtx(t), p, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, p)
 	}
-	slices.SortFunc(ids, func(a, b keycap.PoolID) int { return slices.Compare(a[:], b[:]) })
-	q := keycap.PageQuery{Tag: ids[0].Tag(), Limit: 1 << 30}
+	slices.SortFunc(ids, func(a, b store.PoolID) int { return slices.Compare(a[:], b[:]) })
+	q := store.PageQuery{Tag: ids[0].Tag(), Limit: 1 << 30}
 	page, err := s.InspectPauses(testCtx(t), q)
 	if err != nil || len(page.Pauses) != pgstore.MaxPage || page.Next != ids[pgstore.MaxPage-1].String() {
 		t.Fatalf("a page of %d pauses (next %q), %v; want MaxPage and a cursor", len(page.Pauses), page.Next, err)
@@ -238,8 +240,8 @@ func TestInspectPlansUseIndexes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other := keycap.TagOf(keycap.FamilyApp, "inspect-plan-other")
-	asked := keycap.TagOf(keycap.FamilyApp, "inspect-plan")
+	other := store.TagOf(byte(keycap.FamilyApp), "inspect-plan-other")
+	asked := store.TagOf(byte(keycap.FamilyApp), "inspect-plan")
 	for _, q := range []string{
 		`INSERT INTO ` + schema + `.keycap_lease (pool, owner, expires_at)
 			SELECT $1 || substring(sha256(int4send(i)) FROM 1 FOR 12), '\x0000000000000000000000000000000a'::bytea, now() + interval '1 hour'
@@ -264,11 +266,12 @@ func TestInspectPlansUseIndexes(t *testing.T) {
 	}
 	s := newStore(t, schema)
 	for i := range 30 {
-		if ok, err := s.Acquire(ctx, keycap.NewPoolID("inspect-plan", fmt.Sprint(i)), keycap.NewOwner(), 1, time.Minute); err != nil || !ok {
-			t.Fatalf("Acquire: %v, %v", ok, err)
+		d := store.Demand{Pool: store.PoolOf(0, "inspect-plan", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}
+		if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
+			t.Fatalf("Acquire: %+v, %v", g, err)
 		}
 	}
-	after := keycap.NewPoolID("inspect-plan", "0")
+	after := store.PoolOf(0, "inspect-plan", "0")
 	// More calls than the plan cache's five custom plans: the generic plan
 	// is checked too.
 	for range 7 {
@@ -327,7 +330,7 @@ func TestOverridesUnderConcurrentChanges(t *testing.T) {
 		wg.Go(func() {
 			for i := range rounds {
 				key := fmt.Sprint((w + i) % 3)
-				o := keycap.Override{Family: keycap.FamilyApp, Name: "concurrent", Key: key, Max: i, Pool: keycap.NewPoolID("concurrent", key)}
+				o := store.Override{Family: uint8(keycap.FamilyApp), Name: "concurrent", Key: key, Max: i, Pool: store.PoolOf(0, "concurrent", key)}
 				var err error
 				if i%3 == 2 {
 					err = s.DeleteOverride(testCtx(t), o.Pool)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv/pgenv"
+	"github.com/keycap/keycap/store"
 )
 
 // TestMigrateFromVersion3: a database that version 3 installed, holding
@@ -46,9 +47,9 @@ func TestMigrateFromVersion3(t *testing.T) {
 
 	// State written by version 3's functions.
 	n := names{schema, DefaultPrefix}
-	plain, po := keycap.NewPoolID("upgrade", "plain"), keycap.NewOwner()
-	parent, kid, ko := keycap.MustParent("upgrade-parent", 5).Pool(), keycap.NewPoolID("upgrade", "kid"), keycap.NewOwner()
-	pause := keycap.PoolIDOf(keycap.FamilyPause, "upgrade", "api")
+	plain, po := store.PoolOf(0, "upgrade", "plain"), store.NewOwner()
+	parent, kid, ko := keycap.MustParent("upgrade-parent", 5).Pool(), store.PoolOf(0, "upgrade", "kid"), store.NewOwner()
+	pause := store.PoolOf(byte(keycap.FamilyPause), "upgrade", "api")
 	for _, q := range []struct {
 		sql  string
 		args []any
@@ -74,11 +75,11 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.InspectPools(ctx, keycap.PageQuery{Tag: plain.Tag()})
+	page, err := s.InspectPools(ctx, store.PageQuery{Tag: plain.Tag()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[keycap.PoolID]keycap.Owner{}
+	got := map[store.PoolID]store.Owner{}
 	for _, p := range page.Pools {
 		if len(p.Holders) != 1 {
 			t.Fatalf("pool %s: %+v, want one holder", p.Pool, p.Holders)
@@ -88,14 +89,14 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if len(got) != 2 || got[plain] != po || got[kid] != ko {
 		t.Fatalf("inspected %v, want the plain pool's and the parent's key's leases of version 3", got)
 	}
-	pp, err := s.InspectPauses(ctx, keycap.PageQuery{Tag: pause.Tag()})
+	pp, err := s.InspectPauses(ctx, store.PageQuery{Tag: pause.Tag()})
 	if err != nil || len(pp.Pauses) != 1 || pp.Pauses[0].ID != pause {
 		t.Fatalf("pauses %+v, %v; want version 3's", pp.Pauses, err)
 	}
 	if v, list, err := s.Overrides(ctx, 0); err != nil || v != 0 || len(list) != 0 {
 		t.Fatalf("overrides after the upgrade: %d, %v, %v; want version 0 and none", v, list, err)
 	}
-	o := keycap.Override{Family: keycap.FamilyApp, Name: "upgrade", Key: "plain", Max: 1, Pool: plain}
+	o := store.Override{Family: uint8(keycap.FamilyApp), Name: "upgrade", Key: "plain", Max: 1, Pool: plain}
 	if err := s.SetOverride(ctx, o); err != nil {
 		t.Fatal(err)
 	}

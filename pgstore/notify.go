@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // hub is the store's one LISTEN connection, held while anyone watches a
@@ -18,7 +18,7 @@ type hub struct {
 	channel string // quoted, for LISTEN
 
 	mu      sync.Mutex
-	pools   map[keycap.PoolID]map[*func([]keycap.Owner)]struct{}
+	pools   map[store.PoolID]map[*func([]store.Owner)]struct{}
 	running bool
 	start   *start        // the running listener's first LISTEN
 	cancel  func()        // stops the running listener
@@ -32,21 +32,21 @@ type start struct {
 	err   error
 }
 
-// Notify implements keycap.Notifier with LISTEN/NOTIFY: the functions that
+// Notify implements store.Store (store.Notifications) with LISTEN/NOTIFY: the functions that
 // hand a slot to a ticket announce the owners served on the store's channel,
 // after their transaction commits. The store holds one connection of its
 // pool, LISTENing, while anyone watches (taken out of the pool: size it one
 // larger); Notify returns once it listens. A notification lost to a broken
-// connection is made up for by the waiters' polls (keycap.LinePoll).
-func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap.Owner)) (func(), error) {
+// connection is made up for by the waiters' polls (every second).
+func (s *Store) Notify(ctx context.Context, pool store.PoolID, fn func([]store.Owner)) (func(), error) {
 	h := &s.hub
 	fp := &fn
 	h.mu.Lock()
 	if h.pools == nil {
-		h.pools = make(map[keycap.PoolID]map[*func([]keycap.Owner)]struct{})
+		h.pools = make(map[store.PoolID]map[*func([]store.Owner)]struct{})
 	}
 	if h.pools[pool] == nil {
-		h.pools[pool] = make(map[*func([]keycap.Owner)]struct{})
+		h.pools[pool] = make(map[*func([]store.Owner)]struct{})
 	}
 	h.pools[pool][fp] = struct{}{}
 	if !h.running {
@@ -72,7 +72,7 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 }
 
 // stop removes a watcher; the last one stops the listener.
-func (h *hub) stop(pool keycap.PoolID, fp *func([]keycap.Owner)) {
+func (h *hub) stop(pool store.PoolID, fp *func([]store.Owner)) {
 	h.mu.Lock()
 	delete(h.pools[pool], fp)
 	if len(h.pools[pool]) == 0 {
@@ -157,23 +157,23 @@ func (s *Store) listenOnce(ctx context.Context, listening func()) error {
 // and hands its owners to the pool's watchers.
 func (h *hub) deliver(n *pgconn.Notification) {
 	poolHex, ownersHex, _ := strings.Cut(n.Payload, ":")
-	var pool keycap.PoolID
+	var pool store.PoolID
 	b, err := hex.DecodeString(poolHex)
 	if err != nil || len(b) != len(pool) {
 		return
 	}
 	copy(pool[:], b)
-	var served []keycap.Owner
+	var served []store.Owner
 	if b, err = hex.DecodeString(ownersHex); err == nil {
-		for len(b) >= len(keycap.Owner{}) {
-			var o keycap.Owner
+		for len(b) >= len(store.Owner{}) {
+			var o store.Owner
 			copy(o[:], b)
 			served = append(served, o)
 			b = b[len(o):]
 		}
 	}
 	h.mu.Lock()
-	var fns []func([]keycap.Owner)
+	var fns []func([]store.Owner)
 	for fp := range h.pools[pool] {
 		fns = append(fns, *fp)
 	}

@@ -11,14 +11,15 @@
 // drops its pool's expired leases, and about one acquire (or queue) in a
 // hundred sweeps up to a thousand expired rows of every table.
 //
-// Callers that wait queue in a line per pool (keycap.Liner: the ticket
+// Callers that wait queue in a line per pool (store.Lines: the ticket
 // table, and the queue, fill and release functions), and are told of their
-// handoff by NOTIFY on the channel <schema>_<prefix>wake (keycap.Notifier):
-// the store holds one connection of the pool, LISTENing, while anyone waits.
+// handoff by NOTIFY on the channel <schema>_<prefix>wake
+// (store.Notifications): the store holds one connection of the pool,
+// LISTENing, while anyone waits.
 //
 // # Inspection and overrides
 //
-// The store is a keycap.Inspector: InspectPools and InspectPauses return a
+// The store has store.Inspection: InspectPools and InspectPauses return a
 // page of a limit name's pools (their holders and wait lines) or of its
 // pauses and paces, in one round trip each. A pool's ID starts with its
 // name's tag, so a page is a range of the tables' primary keys, walked one
@@ -27,7 +28,7 @@
 // parent's pool lists every key's leases; each key lists its own under its
 // pool (found by an index on the keys of parents).
 //
-// It is a keycap.Overrider too: overrides (keycap.Override) live in a logged
+// It has store.Overrides too: overrides (keycap.Override) live in a logged
 // table of their own, kept across a crash and sent to standbys, and their
 // version in a one-row table that every change bumps in its transaction.
 // Setting, removing and reading them are one round trip each; a read when
@@ -49,9 +50,15 @@
 //
 //	err := pgstore.Migrate(ctx, pool, pgstore.WithSchema("keycap"))
 //
-// SQL returns the same migration as plain SQL for a DBA or a migration tool
-// (migration.sql in this directory is SQL for the defaults: schema public,
-// prefix keycap_). Both are idempotent.
+// SQL returns the same migration as plain SQL, for a DBA or a migration
+// tool, rendered for the same options. Both are idempotent. The command
+// pgstore-sql prints it, from a module that requires pgstore (or from this
+// directory: go run ./cmd/pgstore-sql):
+//
+//	go run github.com/keycap/keycap/pgstore/cmd/pgstore-sql -schema keycap | psql "$DATABASE_URL"
+//
+// The schema's one source is migration.sql.tmpl in this directory, a
+// text/template of the schema and prefix embedded in the package.
 package pgstore
 
 import (
@@ -68,7 +75,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 //go:embed migration.sql.tmpl
@@ -86,8 +93,10 @@ const (
 	DefaultTimeout = 5 * time.Second
 )
 
-// Store is a keycap.Store on PostgreSQL.
+// Store is a keycap store (store.Store) on PostgreSQL.
 type Store struct {
+	store.Unsupported // asynchronous releases, pinned slots, partitions: not here
+
 	pool    *pgxpool.Pool
 	names   names
 	timeout time.Duration
@@ -95,17 +104,16 @@ type Store struct {
 	hub     hub // Notify's listener
 }
 
-var (
-	_ keycap.Store  = (*Store)(nil)
-	_ keycap.Marker = (*Store)(nil)
-	_ keycap.Pauser = (*Store)(nil)
-	_ keycap.Pacer  = (*Store)(nil)
-	_ keycap.Syncer = (*Store)(nil)
-	_ keycap.Liner  = (*Store)(nil)
-	_ keycap.Sharer = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
-	_ keycap.Notifier = (*Store)(nil)
-)
+// features is what pgstore does: everything but pinned slots (a slot's
+// holder can die without the database), asynchronous releases and
+// partitions, over the network.
+const features = store.Lines | store.Notifications | store.Shares | store.Members | store.Marks |
+	store.Pauses | store.Paces | store.Inspection | store.Overrides
+
+// Features implements store.Store.
+func (s *Store) Features() store.Features { return features }
 
 // An Option configures a Store, Migrate and SQL.
 type Option struct{ apply func(*config) }
@@ -178,7 +186,8 @@ func (n names) F(f string) string { return n.T(f) }
 // Name returns an unqualified object name (an index, a constraint).
 func (n names) Name(s string) string { return pgx.Identifier{n.Prefix + s}.Sanitize() }
 
-// SQL returns the migration as plain SQL.
+// SQL returns the migration as plain SQL, for the schema and prefix of
+// opts: what Migrate runs.
 func SQL(opts ...Option) (string, error) {
 	c, err := configure(opts)
 	if err != nil {
@@ -256,8 +265,39 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 
 func wrap(op string, err error) error { return fmt.Errorf("pgstore: %s: %w", op, err) }
 
-// Acquire implements keycap.Store: one function call.
-func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+// Acquire implements store.Store: one function call. A plain demand calls
+// acquire, or queue when it has a ticket (d.Line); a weighted one or a
+// parent's key calls wtake or ptake (share.go). A pinned demand
+// (store.Pinned) is refused: its holder could die without the database.
+func (s *Store) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	switch {
+	case d.Pinned:
+		return store.Grant{}, &store.NotSupportedError{Feature: store.Pinned, Store: "*pgstore.Store"}
+	case !d.Plain():
+		return s.acquireShared(ctx, d)
+	case d.Line.TTL > 0:
+		return s.queue(ctx, d.Pool, d.Owner, d.Max, d.TTL, d.Line)
+	}
+	ok, err := s.acquire(ctx, d.Pool, d.Owner, d.Max, d.TTL)
+	return store.Grant{Granted: ok}, err
+}
+
+// Release implements store.Store: one function call, which hands the slot
+// to the pool's line if anyone waits, and with leave takes the owner's
+// ticket out of it too. A parent's key calls pgive (share.go).
+func (s *Store) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+	if d.HasParent() {
+		return s.releaseShared(ctx, d, leave)
+	}
+	op := "release"
+	if leave {
+		op = "dequeue"
+	}
+	return false, s.release(ctx, op, d.Pool, d.Owner, leave)
+}
+
+// acquire takes a plain slot: one call of acquire.
+func (s *Store) acquire(ctx context.Context, pool store.PoolID, owner store.Owner, max int, ttl time.Duration) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var ok bool
@@ -267,13 +307,9 @@ func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 	return ok, nil
 }
 
-// Release implements keycap.Store: one function call, which hands the slot
-// to the pool's line if anyone waits.
-func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	return s.release(ctx, "release", pool, owner, false)
-}
-
-func (s *Store) release(ctx context.Context, op string, pool keycap.PoolID, owner keycap.Owner, leave bool) error {
+// release frees a lease of a pool without a parent, and with leave takes
+// the owner's ticket out of the line: one call of release.
+func (s *Store) release(ctx context.Context, op string, pool store.PoolID, owner store.Owner, leave bool) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, s.sql["release"], pool[:], owner[:], leave); err != nil {
@@ -282,33 +318,26 @@ func (s *Store) release(ctx context.Context, op string, pool keycap.PoolID, owne
 	return nil
 }
 
-// Queue implements keycap.Liner: one function call, which grants, or
-// refuses and queues.
-func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+// queue takes a plain slot, or refuses and queues: one call of queue.
+func (s *Store) queue(ctx context.Context, pool store.PoolID, owner store.Owner, max int, ttl time.Duration, t store.Ticket) (store.Grant, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	var granted bool
-	var ahead int
-	if err := s.pool.QueryRow(ctx, s.sql["queue"], pool[:], owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim)).Scan(&granted, &ahead); err != nil {
-		return false, 0, wrap("queue", err)
+	var g store.Grant
+	if err := s.pool.QueryRow(ctx, s.sql["queue"], pool[:], owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim)).Scan(&g.Granted, &g.Ahead); err != nil {
+		return store.Grant{}, wrap("queue", err)
 	}
-	return granted, ahead, nil
+	return g, nil
 }
 
-// Dequeue implements keycap.Liner: one function call.
-func (s *Store) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	return s.release(ctx, "dequeue", pool, owner, true)
-}
-
-// Renew implements keycap.Store: one function call for the whole batch.
-func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
+// Renew implements store.Store: one function call for the whole batch.
+func (s *Store) Renew(ctx context.Context, batch []store.Renewal) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	pools, owners, ttls := make([][]byte, len(batch)), make([][]byte, len(batch)), make([]int64, len(batch))
 	for i := range batch {
 		r := &batch[i]
 		pools[i], owners[i], ttls[i] = r.Pool[:], r.Owner[:], ms(r.TTL)
-		if r.Parent != (keycap.PoolID{}) {
+		if r.Parent != (store.PoolID{}) {
 			pools[i] = append(r.Parent[:], r.Pool[:]...) // a parent's key: see the migration
 		}
 	}
@@ -329,8 +358,8 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 	return nil
 }
 
-// Sync implements keycap.Syncer: one function call for the whole batch.
-func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
+// Sync implements store.Store (store.Members): one function call for the whole batch.
+func (s *Store) Sync(ctx context.Context, node store.NodeID, ttl time.Duration, batch []store.SyncPool) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var pools, members [][]byte
@@ -347,11 +376,11 @@ func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration,
 	if err != nil {
 		return wrap("sync", err)
 	}
-	removed := map[keycap.PoolID]int{}
+	removed := map[store.PoolID]int{}
 	var p []byte
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
-		removed[keycap.PoolID(p)] = n
+		removed[store.PoolID(p)] = n
 		return nil
 	})
 	if err != nil {
@@ -363,8 +392,8 @@ func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration,
 	return nil
 }
 
-// Mark implements keycap.Marker: one function call.
-func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
+// Mark implements store.Store (store.Marks): one function call.
+func (s *Store) Mark(ctx context.Context, id store.PoolID, ttl time.Duration) (time.Duration, bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var age int64
@@ -375,8 +404,8 @@ func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (
 	return time.Duration(age) * time.Millisecond, started, nil
 }
 
-// Pause implements keycap.Pauser: one function call.
-func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
+// Pause implements store.Store (store.Pauses): one function call.
+func (s *Store) Pause(ctx context.Context, id store.PoolID, d time.Duration) (time.Duration, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var left int64
@@ -386,8 +415,8 @@ func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (t
 	return time.Duration(left) * time.Millisecond, nil
 }
 
-// Paused implements keycap.Pauser: one function call.
-func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, error) {
+// Paused implements store.Store (store.Pauses): one function call.
+func (s *Store) Paused(ctx context.Context, id store.PoolID) (time.Duration, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var left int64
@@ -397,10 +426,10 @@ func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, er
 	return time.Duration(left) * time.Millisecond, nil
 }
 
-// Pace implements keycap.Pacer with GCRA: one function call.
-func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (time.Duration, error) {
+// Pace implements store.Store (store.Paces) with GCRA: one function call.
+func (s *Store) Pace(ctx context.Context, id store.PoolID, rate store.Rate) (time.Duration, error) {
 	if !rate.Valid() {
-		return 0, &keycap.InvalidLimitError{Field: "rate", Value: fmt.Sprintf("%+v", rate), Reason: "events, period and burst must be positive"}
+		return 0, fmt.Errorf("pgstore: invalid rate %+v: events, period and burst must be positive", rate)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

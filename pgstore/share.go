@@ -3,45 +3,43 @@ package pgstore
 import (
 	"context"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-// AcquireDemand implements keycap.Sharer: one function call, wtake for a
-// pool without a parent, ptake for a parent's key (whose pool is stored
-// after the parent's 16 bytes, under the parent's lock).
-func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+// acquireShared takes a weighted slot or a parent's key's: one function
+// call, wtake for a pool without a parent, ptake for a parent's key (whose
+// pool is stored after the parent's 16 bytes, under the parent's lock). A
+// refused demand with a ticket (d.Line) waits in the line.
+func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var tttl, claim int64
-	if t != nil {
-		tttl, claim = ms(t.TTL), ms(t.Claim)
+	if d.Line.TTL > 0 {
+		tttl, claim = ms(d.Line.TTL), ms(d.Line.Claim)
 	}
 	w := max(d.Weight, 1)
-	var granted bool
-	var ahead int
+	var g store.Grant
 	var err error
 	if d.HasParent() {
-		err = s.pool.QueryRow(ctx, s.sql["ptake"], d.Parent[:], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w,
-			d.ParentMax, max(d.Share, 1), d.Min, tttl, claim).Scan(&granted, &ahead)
+		err = s.pool.QueryRow(ctx, s.sql["ptake"], d.Parent.Pool[:], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w,
+			d.Parent.Max, max(d.Parent.Share, 1), d.Parent.Min, tttl, claim).Scan(&g.Granted, &g.Ahead)
 	} else {
-		err = s.pool.QueryRow(ctx, s.sql["wtake"], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w, tttl, claim).Scan(&granted, &ahead)
+		err = s.pool.QueryRow(ctx, s.sql["wtake"], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w, tttl, claim).Scan(&g.Granted, &g.Ahead)
 	}
 	if err != nil {
-		return false, 0, wrap("acquire", err)
+		return store.Grant{}, wrap("acquire", err)
 	}
-	return granted, ahead, nil
+	return g, nil
 }
 
-// ReleaseDemand implements keycap.Sharer: one function call.
-func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) (bool, error) {
-	if !d.HasParent() {
-		return false, s.release(ctx, "release", d.Pool, d.Owner, dequeue)
-	}
+// releaseShared frees a parent's key's lease: one call of pgive, which
+// may keep the slot for the key (d.Parent.Keep) and reports whether it did.
+func (s *Store) releaseShared(ctx context.Context, d store.Demand, leave bool) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var kept bool
-	if err := s.pool.QueryRow(ctx, s.sql["pgive"], d.Parent[:], d.Pool[:], d.Owner[:], dequeue,
-		ms(d.Keep), max(d.Share, 1), d.Min).Scan(&kept); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql["pgive"], d.Parent.Pool[:], d.Pool[:], d.Owner[:], leave,
+		ms(d.Parent.Keep), max(d.Parent.Share, 1), d.Parent.Min).Scan(&kept); err != nil {
 		return false, wrap("release", err)
 	}
 	return kept, nil

@@ -7,7 +7,7 @@
 //
 // Slot metrics are labelled by family ("app" for HTTP and the application's
 // own limits, "job", "conn"), limit name and shadow ("true" for a shadow
-// limit's decisions, keycap.WithShadow: its refusals are what the cap would
+// limit's decisions, keycap.Spec.Shadow: its refusals are what the cap would
 // have refused), never by key: keys are unbounded (users, IPs, tenants) and
 // would explode the number of series. Limit names come from code (limiter
 // names, job kinds, Pusher apps), so they are few.

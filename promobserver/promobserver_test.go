@@ -14,6 +14,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/promobserver"
+	"github.com/keycap/keycap/store"
 )
 
 type flaky struct {
@@ -21,11 +22,11 @@ type flaky struct {
 	down bool
 }
 
-func (f *flaky) Acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (bool, error) {
+func (f *flaky) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
 	if f.down {
-		return false, errors.New("down")
+		return store.Grant{}, errors.New("down")
 	}
-	return f.Store.Acquire(ctx, p, o, max, ttl)
+	return f.Store.Acquire(ctx, d)
 }
 
 func TestMetrics(t *testing.T) {
@@ -41,12 +42,12 @@ func TestMetrics(t *testing.T) {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	exports := keycap.MustLimit("exports", "user:1", 1)
+	exports := keycap.Spec{Name: "exports", Max: 1}.For("user:1")
 	a, err := l.Acquire(ctx, exports)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Acquire(ctx, keycap.MustLimit("exports", "user:2", 1)); err != nil {
+	if _, err := l.Acquire(ctx, keycap.Spec{Name: "exports", Max: 1}.For("user:2")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Acquire(ctx, exports); !errors.Is(err, keycap.ErrLimitExceeded) {
@@ -54,8 +55,8 @@ func TestMetrics(t *testing.T) {
 	}
 	a.Release()
 	store.down = true
-	_, _ = l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1))
-	_, _ = l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1))
+	_, _ = l.Acquire(ctx, keycap.Spec{Name: "reports", Max: 1}.For("user:1"))
+	_, _ = l.Acquire(ctx, keycap.Spec{Name: "reports", Max: 1}.For("user:1"))
 
 	// Every series of a limit name exists from its first event, zeros
 	// included, so that rates and ratios work from the start.
@@ -100,7 +101,7 @@ keycap_store_up{node=""} 0
 	}
 	store.down = false
 	time.Sleep(2 * time.Millisecond) // past the recover-after time, so that the next answer ends the outage
-	if ls, err := l.Acquire(ctx, keycap.MustLimit("reports", "user:1", 1)); err == nil {
+	if ls, err := l.Acquire(ctx, keycap.Spec{Name: "reports", Max: 1}.For("user:1")); err == nil {
 		ls.Release()
 	}
 	if v := family(t, reg, "keycap_store_up").GetMetric()[0].GetGauge().GetValue(); v != 1 {

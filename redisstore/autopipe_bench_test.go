@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkBatcherVsAutoPipeline sets the store's own batcher (batch.go)
@@ -37,19 +37,20 @@ func BenchmarkBatcherVsAutoPipeline(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			pools := make([]keycap.PoolID, g)
+			pools := make([]store.PoolID, g)
 			for i := range pools {
-				pools[i] = keycap.NewPoolID("batcher-vs-ap", fmt.Sprint(i))
+				pools[i] = store.PoolOf(0, "batcher-vs-ap", fmt.Sprint(i))
 			}
 			batcher := func(w int) error {
-				o := keycap.NewOwner()
-				if ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute); err != nil || !ok {
-					return fmt.Errorf("acquire: %v %v", ok, err)
+				o := store.NewOwner()
+				if g, err := s.Acquire(ctx, store.Demand{Pool: pools[w], Owner: o, Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
+					return fmt.Errorf("acquire: %v %v", g.Granted, err)
 				}
-				return s.Release(ctx, pools[w], o)
+				_, err := s.Release(ctx, store.Demand{Pool: pools[w], Owner: o}, false)
+				return err
 			}
 			auto := func(w int) error {
-				o := keycap.NewOwner()
+				o := store.NewOwner()
 				slots := s.Key(pools[w])
 				line, meta := s.LineKeys(pools[w])
 				acq := redis.NewCmd(ctx, "evalsha", sha, 3, slots, line, meta, o[:], 1, 60000, s.Channel(pools[w]))

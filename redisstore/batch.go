@@ -9,11 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-// Decisions bound for one Redis node travel together: every Acquire,
-// Release, Queue and Dequeue is an op on a queue of its node (one of lanes,
+// Decisions bound for one Redis node travel together: every plain Acquire
+// and Release, with or without a ticket, is an op on a queue of its node (one of lanes,
 // chosen by the pool), and each queue sends what has gathered as one
 // pipeline, one pipeline at a time. Nothing waits for company: an op that
 // finds its queue idle is sent at once by its caller (one round trip, as
@@ -119,7 +119,7 @@ func newLanes(s *Store, n int) []queue {
 	return q
 }
 
-func lane(q []queue, pool keycap.PoolID) *queue { return &q[int(pool[14])%len(q)] }
+func lane(q []queue, pool store.PoolID) *queue { return &q[int(pool[14])%len(q)] }
 
 // of returns the queue of pool's node, locked: the caller queues its op
 // and unlocks it.
@@ -132,7 +132,7 @@ func lane(q []queue, pool keycap.PoolID) *queue { return &q[int(pool[14])%len(q)
 // could reach Redis after the acquire that was to find its slot free.
 // Under load that never lets a lane idle, its pools stay on it: in order,
 // but in pipelines that span nodes.
-func (qs *queues) of(s *Store, pool keycap.PoolID) *queue {
+func (qs *queues) of(s *Store, pool store.PoolID) *queue {
 	q := lane(qs.single, pool)
 	if s.cluster == nil {
 		q.mu.Lock()
@@ -341,12 +341,12 @@ func evalsha(script *redis.Script, keys []string, args ...any) *redis.Cmd {
 // do runs cmds, in order, in the next pipeline to pool's node, and waits
 // for their replies or for ctx to end. script says that cmds[0] is an
 // evalsha.
-func (s *Store) do(ctx context.Context, pool keycap.PoolID, script bool, cmds ...redis.Cmder) error {
+func (s *Store) do(ctx context.Context, pool store.PoolID, script bool, cmds ...redis.Cmder) error {
 	return s.run(ctx, pool, &op{cmds: cmds, script: script})
 }
 
 // run runs o's commands as do does.
-func (s *Store) run(ctx context.Context, pool keycap.PoolID, o *op) error {
+func (s *Store) run(ctx context.Context, pool store.PoolID, o *op) error {
 	o.ctx = ctx
 	if !s.queues.of(s, pool).lead(ctx, o) {
 		if err := o.wait(ctx); err != nil {

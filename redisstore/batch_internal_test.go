@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
+	"github.com/keycap/keycap/store"
 )
 
 // KEYCAP_LANES sets the lanes of one Redis and of each cluster node, to
@@ -29,8 +29,8 @@ func init() {
 func TestPoolNamesMatchKey(t *testing.T) {
 	for _, prefix := range []string{"", "app:", strings.Repeat("p", 64) + ":"} {
 		s := &Store{prefix: prefix}
-		pool := keycap.NewPoolID("names", prefix)
-		owner := keycap.NewOwner()
+		pool := store.PoolOf(0, "names", prefix)
+		owner := store.NewOwner()
 		var n poolNames
 		n.fill(prefix, pool, owner)
 		tag := "{" + pool.String() + "}"
@@ -58,10 +58,10 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	testkit.WaitUntil(t, 10*time.Second, "the slot ranges", func() bool { return s.slots.ranges.Load() != nil })
 	ranges := s.slots.ranges.Load()
 	s.slots.ranges.Store(nil)
-	pool := keycap.NewPoolID("lane-kept", t.Name())
-	first, second := keycap.NewOwner(), keycap.NewOwner()
-	if ok, err := s.Acquire(ctx, pool, first, 1, time.Minute); !ok || err != nil {
-		t.Fatalf("Acquire = %v, %v", ok, err)
+	pool := store.PoolOf(0, "lane-kept", t.Name())
+	first, second := store.NewOwner(), store.NewOwner()
+	if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: first, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+		t.Fatalf("Acquire = %v, %v", g.Granted, err)
 	}
 	// The shared lane is busy: what is queued in it waits, in order.
 	q := lane(s.queues.single, pool)
@@ -72,7 +72,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	}
 	locked(func() { q.running = true })
 	released := make(chan error, 1)
-	s.ReleaseAsync(pool, first, 0, func(err error) { released <- err })
+	s.ReleaseAsync(store.Demand{Pool: pool, Owner: first}, 0, func(err error) { released <- err })
 	s.slots.ranges.Store(ranges)
 
 	type result struct {
@@ -81,8 +81,8 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	}
 	acquired := make(chan result, 1)
 	go func() {
-		ok, err := s.Acquire(ctx, pool, second, 1, time.Minute)
-		acquired <- result{ok, err}
+		g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: second, Max: 1, TTL: time.Minute})
+		acquired <- result{g.Granted, err}
 	}()
 	testkit.WaitUntil(t, 10*time.Second, "the acquire queued behind the release", func() bool {
 		select {
@@ -108,7 +108,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 		locked(func() { idle = !q.running })
 		return idle
 	})
-	if err := s.Release(ctx, pool, second); err != nil {
+	if _, err := s.Release(ctx, store.Demand{Pool: pool, Owner: second}, false); err != nil {
 		t.Fatal(err)
 	}
 	if !q.retired.Load() {

@@ -14,6 +14,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestReleaseThenAcquireInOrder releases without waiting (the Limiter's
@@ -50,7 +51,7 @@ func releaseThenAcquire(t *testing.T, s *redisstore.Store) {
 	errs := make(chan error, 8)
 	for g := range 8 {
 		wg.Go(func() {
-			lim := keycap.MustLimit("in-order", fmt.Sprint(g), 1)
+			lim := keycap.Spec{Name: "in-order", Max: 1}.For(fmt.Sprint(g))
 			for i := range 200 {
 				ls, err := l.Acquire(ctx, lim)
 				if err != nil {
@@ -81,7 +82,7 @@ func TestCloseFlushesReleases(t *testing.T) {
 	ctx := context.Background()
 	var limits []keycap.Limit
 	for i := range 50 {
-		lim := keycap.MustLimit("close-flushes", fmt.Sprint(i), 2)
+		lim := keycap.Spec{Name: "close-flushes", Max: 2}.For(fmt.Sprint(i))
 		limits = append(limits, lim)
 		ls, err := l.Acquire(ctx, lim)
 		if err != nil {
@@ -120,7 +121,7 @@ func TestReleaseOnAHungRedisIsBounded(t *testing.T) {
 	ctx := context.Background()
 	var leases []*keycap.Lease
 	for i := range 20 {
-		ls, err := l.Acquire(ctx, keycap.MustLimit("hung-release", fmt.Sprint(i), 1))
+		ls, err := l.Acquire(ctx, keycap.Spec{Name: "hung-release", Max: 1}.For(fmt.Sprint(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +150,7 @@ func TestReleaseOnAHungRedisIsBounded(t *testing.T) {
 	// waited for its reply.
 	done := make(chan error, 1)
 	start = time.Now()
-	s.ReleaseAsync(keycap.NewPoolID("hung-release", "direct"), keycap.NewOwner(), 50*time.Millisecond, func(err error) { done <- err })
+	s.ReleaseAsync(store.Demand{Pool: store.PoolOf(0, "hung-release", "direct"), Owner: store.NewOwner()}, 50*time.Millisecond, func(err error) { done <- err })
 	select {
 	case err := <-done:
 		var ne net.Error

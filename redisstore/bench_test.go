@@ -16,6 +16,7 @@ import (
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // slotLocks takes slots the way the PHP seed (laravel-concurrency-limit)
@@ -29,11 +30,11 @@ type slotLocks struct {
 
 var releaseLock = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
-func (s slotLocks) key(p keycap.PoolID, i int) string {
+func (s slotLocks) key(p store.PoolID, i int) string {
 	return fmt.Sprintf("%sslot:{%s}:%d", s.prefix, p, i)
 }
 
-func (s slotLocks) acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration) (int, error) {
+func (s slotLocks) acquire(ctx context.Context, p store.PoolID, o store.Owner, max int, ttl time.Duration) (int, error) {
 	start := rand.IntN(max)
 	for i := range max {
 		slot := (start + i) % max
@@ -48,7 +49,7 @@ func (s slotLocks) acquire(ctx context.Context, p keycap.PoolID, o keycap.Owner,
 	return -1, nil
 }
 
-func (s slotLocks) release(ctx context.Context, p keycap.PoolID, o keycap.Owner, slot int) error {
+func (s slotLocks) release(ctx context.Context, p store.PoolID, o store.Owner, slot int) error {
 	return releaseLock.Run(ctx, s.c, []string{s.key(p, slot)}, o[:]).Err()
 }
 
@@ -66,38 +67,38 @@ func BenchmarkRoundTrips(b *testing.B) {
 	}
 	for _, max := range []int{1, 5, 20, 100} {
 		// A full pool, for the reject rows.
-		full := keycap.NewPoolID("bench-full", fmt.Sprint(max))
+		full := store.PoolOf(0, "bench-full", fmt.Sprint(max))
 		for i := range max {
-			if ok, err := s.Acquire(ctx, full, keycap.NewOwner(), max, time.Hour); !ok || err != nil {
-				b.Fatal(ok, err)
+			if g, err := s.Acquire(ctx, store.Demand{Pool: full, Owner: store.NewOwner(), Max: max, TTL: time.Hour}); !g.Granted || err != nil {
+				b.Fatal(g.Granted, err)
 			}
-			if slot, err := base.acquire(ctx, full, keycap.NewOwner(), max, time.Hour); slot < 0 || err != nil {
+			if slot, err := base.acquire(ctx, full, store.NewOwner(), max, time.Hour); slot < 0 || err != nil {
 				b.Fatal(i, slot, err)
 			}
 		}
-		free := keycap.NewPoolID("bench-free", fmt.Sprint(max))
+		free := store.PoolOf(0, "bench-free", fmt.Sprint(max))
 
 		b.Run(fmt.Sprintf("max=%d/acquire/keycap", max), func(b *testing.B) {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
-				if ok, err := s.Acquire(ctx, free, o, max, time.Minute); !ok || err != nil {
-					b.Fatal(ok, err)
+				if g, err := s.Acquire(ctx, store.Demand{Pool: free, Owner: o, Max: max, TTL: time.Minute}); !g.Granted || err != nil {
+					b.Fatal(g.Granted, err)
 				}
 			}
 			report(b, before)
-			_ = s.Release(ctx, free, o)
+			_, _ = s.Release(ctx, store.Demand{Pool: free, Owner: o}, false)
 		})
 		b.Run(fmt.Sprintf("max=%d/acquire/slot-locks", max), func(b *testing.B) {
 			// Half the slots taken: the typical acquire tries several.
-			var held []keycap.Owner
+			var held []store.Owner
 			var slots []int
 			for range max / 2 {
-				o := keycap.NewOwner()
+				o := store.NewOwner()
 				slot, _ := base.acquire(ctx, free, o, max, time.Minute)
 				held, slots = append(held, o), append(slots, slot)
 			}
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			var trips int64
 			for b.Loop() {
 				before := rt.Load()
@@ -116,17 +117,17 @@ func BenchmarkRoundTrips(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("max=%d/reject/keycap", max), func(b *testing.B) {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
-				if ok, err := s.Acquire(ctx, full, o, max, time.Minute); ok || err != nil {
-					b.Fatal(ok, err)
+				if g, err := s.Acquire(ctx, store.Demand{Pool: full, Owner: o, Max: max, TTL: time.Minute}); g.Granted || err != nil {
+					b.Fatal(g.Granted, err)
 				}
 			}
 			report(b, before)
 		})
 		b.Run(fmt.Sprintf("max=%d/reject/slot-locks", max), func(b *testing.B) {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
 				if slot, err := base.acquire(ctx, full, o, max, time.Minute); slot >= 0 || err != nil {
@@ -136,17 +137,17 @@ func BenchmarkRoundTrips(b *testing.B) {
 			report(b, before)
 		})
 		b.Run(fmt.Sprintf("max=%d/release/keycap", max), func(b *testing.B) {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
-				if err := s.Release(ctx, free, o); err != nil {
+				if _, err := s.Release(ctx, store.Demand{Pool: free, Owner: o}, false); err != nil {
 					b.Fatal(err)
 				}
 			}
 			report(b, before)
 		})
 		b.Run(fmt.Sprintf("max=%d/release/slot-locks", max), func(b *testing.B) {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
 				if err := base.release(ctx, free, o, 0); err != nil {
@@ -171,7 +172,7 @@ func BenchmarkHungRedis(b *testing.B) {
 	defer c.Close()
 	store, _ := redisstore.New(c)
 	ctx := context.Background()
-	lim := keycap.MustLimit("hung", "k", 10)
+	lim := keycap.Spec{Name: "hung", Max: 10}.For("k")
 	rp.Hang()
 	for _, bc := range []struct {
 		name   string
@@ -198,18 +199,19 @@ func BenchmarkReplicaAcks(b *testing.B) {
 	plain, _ := redisstore.New(c, redisstore.WithPrefix(prefix))
 	acked, _ := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithReplicaAcks(1, time.Second))
 	ctx := context.Background()
-	pools := make([]keycap.PoolID, 64)
+	pools := make([]store.PoolID, 64)
 	for i := range pools {
-		pools[i] = keycap.NewPoolID("acks", fmt.Sprint(i))
+		pools[i] = store.PoolOf(0, "acks", fmt.Sprint(i))
 	}
 	pair := func(s *redisstore.Store) func(int) error {
 		return func(w int) error {
-			o := keycap.NewOwner()
-			ok, err := s.Acquire(ctx, pools[w%len(pools)], o, 1000, time.Minute)
-			if err != nil || !ok {
-				return fmt.Errorf("acquire: %v %v", ok, err)
+			o := store.NewOwner()
+			g, err := s.Acquire(ctx, store.Demand{Pool: pools[w%len(pools)], Owner: o, Max: 1000, TTL: time.Minute})
+			if err != nil || !g.Granted {
+				return fmt.Errorf("acquire: %v %v", g.Granted, err)
 			}
-			return s.Release(ctx, pools[w%len(pools)], o)
+			_, err = s.Release(ctx, store.Demand{Pool: pools[w%len(pools)], Owner: o}, false)
+			return err
 		}
 	}
 	for _, g := range []int{1, 8} {
@@ -233,26 +235,27 @@ func BenchmarkScriptCost(b *testing.B) {
 			c := testenv.Redis(b)
 			s := newStore(b, c, testenv.Prefix(b, c))
 			ctx := context.Background()
-			p := keycap.NewPoolID("cost", kind)
+			p := store.PoolOf(0, "cost", kind)
 			pair := func() error {
-				o := keycap.NewOwner()
+				o := store.NewOwner()
 				switch kind {
 				case "plain":
-					if ok, err := s.Acquire(ctx, p, o, 1<<20, time.Minute); err != nil || !ok {
-						return fmt.Errorf("acquire: %v %v", ok, err)
+					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute}); err != nil || !g.Granted {
+						return fmt.Errorf("acquire: %v %v", g.Granted, err)
 					}
-					return s.Release(ctx, p, o)
+					_, err := s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
+					return err
 				}
-				d := keycap.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute, Weight: 1}
+				d := store.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute, Weight: 1}
 				if kind == "weight=2" {
 					d.Weight = 2
 				} else {
-					d.Parent, d.ParentMax, d.Share, d.Keep = parent, 1<<20, 1, keycap.DefaultKeep
+					d.Parent = store.Parent{Pool: parent, Max: 1 << 20, Share: 1, Keep: keycap.DefaultKeep}
 				}
-				if ok, _, err := s.AcquireDemand(ctx, d, nil); err != nil || !ok {
-					return fmt.Errorf("acquire: %v %v", ok, err)
+				if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
+					return fmt.Errorf("acquire: %v %v", g.Granted, err)
 				}
-				_, err := s.ReleaseDemand(ctx, d, false)
+				_, err := s.Release(ctx, d, false)
 				return err
 			}
 			for range 200 { // load the script, warm the connection

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // The hot calls (an acquire, a release) build their commands in one
@@ -28,7 +28,7 @@ type poolNames struct {
 const hexDigits = "0123456789abcdef"
 
 // fill sets n to pool's names and owner, built in one string.
-func (n *poolNames) fill(prefix string, pool keycap.PoolID, owner keycap.Owner) {
+func (n *poolNames) fill(prefix string, pool store.PoolID, owner store.Owner) {
 	var h [32]byte
 	for i, c := range pool {
 		h[2*i], h[2*i+1] = hexDigits[c>>4], hexDigits[c&15]
@@ -70,7 +70,7 @@ type acquireCall struct {
 	arr  [1]redis.Cmder
 }
 
-func (s *Store) newAcquire(pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) *acquireCall {
+func (s *Store) newAcquire(pool store.PoolID, owner store.Owner, max int, ttl time.Duration) *acquireCall {
 	c := &acquireCall{max: max, ttl: ms(ttl)}
 	c.n.fill(s.prefix, pool, owner)
 	c.args = [10]any{evalshaArg, acquireSHAArg, 3, &c.n.keys[0], &c.n.keys[1], &c.n.keys[2], &c.n.owner, &c.max, &c.ttl, &c.n.channel}
@@ -93,7 +93,7 @@ type releaseCall struct {
 	arr     [2]redis.Cmder
 }
 
-func (s *Store) newRelease(pool keycap.PoolID, owner keycap.Owner) *releaseCall {
+func (s *Store) newRelease(pool store.PoolID, owner store.Owner) *releaseCall {
 	c := &releaseCall{}
 	c.n.fill(s.prefix, pool, owner)
 	c.zremA = [3]any{"zrem", &c.n.keys[0], &c.n.owner}

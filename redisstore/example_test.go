@@ -35,7 +35,7 @@ func ExampleNew() {
 	}
 	defer limiter.Close()
 
-	exports := keycap.MustLimit("exports", "user:42", 2)
+	exports := keycap.Spec{Name: "exports", Max: 2}.For("user:42")
 	lease, err := limiter.Acquire(context.Background(), exports)
 	if errors.Is(err, keycap.ErrLimitExceeded) {
 		log.Print("user 42 already runs 2 exports, on this server or another")

@@ -15,6 +15,7 @@ import (
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestClusterFailover kills the master of a pool's slot in a cluster of the
@@ -36,7 +37,7 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	lim := keycap.MustLimit("failover", "k", 1000)
+	lim := keycap.Spec{Name: "failover", Max: 1000}.For("k")
 	master, err := c.MasterOf(store.Key(lim.Pool()))
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestClusterFailover(t *testing.T) {
 	// Pools on every master: the others keep answering while one fails.
 	var others []keycap.Limit
 	for i := range 30 {
-		others = append(others, keycap.MustLimit("failover", fmt.Sprint("other", i), 1000))
+		others = append(others, keycap.Spec{Name: "failover", Max: 1000}.For(fmt.Sprint("other", i)))
 	}
 	ctx := context.Background()
 	decide := func() (time.Duration, error) {
@@ -131,17 +132,17 @@ func TestReplicaAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, owner := keycap.NewPoolID("acks", "k"), keycap.NewOwner()
-	if ok, err := s.Acquire(ctx, pool, owner, 1, time.Minute); ok || !errors.Is(err, redisstore.ErrNotReplicated) {
-		t.Fatalf("Acquire without replicas = %v, %v; want ErrNotReplicated", ok, err)
+	pool, owner := store.PoolOf(0, "acks", "k"), store.NewOwner()
+	if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: owner, Max: 1, TTL: time.Minute}); g.Granted || !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Acquire without replicas = %v, %v; want ErrNotReplicated", g.Granted, err)
 	}
 	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
 		t.Fatalf("the unacknowledged grant was left in the pool (%d leases)", n)
 	}
 	// A waiter's grant (Queue) too.
-	tk := keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
-	if ok, _, err := s.Queue(ctx, pool, owner, 1, time.Minute, tk); ok || !errors.Is(err, redisstore.ErrNotReplicated) {
-		t.Fatalf("Queue without replicas = %v, %v; want ErrNotReplicated", ok, err)
+	tk := store.Ticket{TTL: time.Minute, Claim: time.Minute}
+	if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: owner, Max: 1, TTL: time.Minute, Line: tk}); g.Granted || !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Queue without replicas = %v, %v; want ErrNotReplicated", g.Granted, err)
 	}
 	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
 		t.Fatalf("the unacknowledged queued grant was left in the pool (%d leases)", n)
@@ -153,15 +154,15 @@ func TestReplicaAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		p := keycap.NewPoolID("acks", fmt.Sprint(i)) // on every master
-		if ok, err := cs.Acquire(ctx, p, owner, 1, time.Minute); !ok || err != nil {
-			t.Fatalf("Acquire on the cluster = %v, %v", ok, err)
+		p := store.PoolOf(0, "acks", fmt.Sprint(i)) // on every master
+		if g, err := cs.Acquire(ctx, store.Demand{Pool: p, Owner: owner, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+			t.Fatalf("Acquire on the cluster = %v, %v", g.Granted, err)
 		}
-		if ok, _ := cs.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); ok {
+		if g, _ := cs.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); g.Granted {
 			t.Fatal("an acknowledged pool admitted one over its cap")
 		}
-		if ok, _, err := cs.Queue(ctx, p, owner, 1, time.Minute, tk); !ok || err != nil {
-			t.Fatalf("Queue by the holder on the cluster = %v, %v", ok, err)
+		if g, err := cs.Acquire(ctx, store.Demand{Pool: p, Owner: owner, Max: 1, TTL: time.Minute, Line: tk}); !g.Granted || err != nil {
+			t.Fatalf("Queue by the holder on the cluster = %v, %v", g.Granted, err)
 		}
 	}
 }
@@ -211,8 +212,8 @@ func TestHungRedisCostsTheBudget(t *testing.T) {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	open := keycap.MustLimit("hung", "open", 10)
-	closed := keycap.MustLimit("hung", "closed", 10, keycap.WithFailMode(keycap.FailClosed))
+	open := keycap.Spec{Name: "hung", Max: 10}.For("open")
+	closed := keycap.Spec{Name: "hung", Max: 10, FailMode: keycap.FailClosed}.For("closed")
 	if ls, err := l.Acquire(ctx, open); err != nil {
 		t.Fatal(err)
 	} else {

@@ -47,7 +47,7 @@ func handoffWaiter() {
 	if err != nil {
 		panic(err)
 	}
-	lim := keycap.MustLimit("handoff", "k", 1, keycap.WithWait(time.Minute))
+	lim := keycap.Spec{Name: "handoff", Max: 1, Wait: time.Minute}.For("k")
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() { // one line per round
@@ -80,7 +80,7 @@ func handoffRounds(t testing.TB, rounds int, poll bool) []time.Duration {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	lim := keycap.MustLimit("handoff", "k", 1, keycap.WithWait(time.Minute))
+	lim := keycap.Spec{Name: "handoff", Max: 1, Wait: time.Minute}.For("k")
 	line, _ := s.LineKeys(lim.Pool())
 	h := testkit.StartHelper(t, "handoff-waiter", "ready", env...)
 	var lat []time.Duration
@@ -122,12 +122,16 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
 }
 
+// linePoll is how often a waiter in a line polls when no notification
+// comes (keycap's, unexported): a second.
+const linePoll = time.Second
+
 // A slot released in one process reaches the waiter in another by the
 // store's notification, not by its poll.
 func TestHandoffAcrossProcessesIsNotified(t *testing.T) {
 	lat := handoffRounds(t, 40, false)
 	t.Logf("release on A → held on B: p50 %s, p99 %s, max %s", pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1])
-	if p := pct(lat, 0.9); p > keycap.LinePoll/4 {
+	if p := pct(lat, 0.9); p > linePoll/4 {
 		t.Fatalf("p90 %s: the waiter polled instead of being woken", p)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/keycaptest"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // instance is one application server: its own Redis client, Limiter and
@@ -150,7 +151,9 @@ func TestRedisOutageMidLoad(t *testing.T) {
 	})
 	register := func(ls *httplimit.Limiters) {
 		_ = ls.For("open", func(r *http.Request) httplimit.Rule { return httplimit.Max(100) })
-		_ = ls.For("closed", func(r *http.Request) httplimit.Rule { return httplimit.Max(100).FailClosed() })
+		_ = ls.For("closed", func(r *http.Request) httplimit.Rule {
+			return httplimit.Limit(keycap.Spec{Max: 100, FailMode: keycap.FailClosed})
+		})
 	}
 	newClient := func() *redis.Client {
 		c := redis.NewClient(rp.Options())
@@ -278,7 +281,7 @@ func TestWaitersServedInArrivalOrderAcrossServers(t *testing.T) {
 	})
 	register := func(ls *httplimit.Limiters) {
 		_ = ls.For("api", func(r *http.Request) httplimit.Rule {
-			return httplimit.Max(1).By("user:42").Wait(20 * time.Second)
+			return httplimit.Limit(keycap.Spec{Max: 1, Wait: 20 * time.Second}).By("user:42")
 		})
 	}
 	servers := []*instance{
@@ -286,8 +289,8 @@ func TestWaitersServedInArrivalOrderAcrossServers(t *testing.T) {
 		newInstance(t, testenv.Redis(t), prefix, register, work, "api"),
 	}
 	c := testenv.Redis(t)
-	store := newStore(t, c, prefix)
-	line, _ := store.LineKeys(keycap.NewPoolID("api", "user:42"))
+	s := newStore(t, c, prefix)
+	line, _ := s.LineKeys(store.PoolOf(0, "api", "user:42"))
 	hc := client(16)
 	get := func(srv *instance, nth string, hold bool, done chan<- error) {
 		r, _ := http.NewRequest(http.MethodGet, srv.srv.URL+"/api", nil)

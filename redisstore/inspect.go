@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 var (
@@ -27,25 +27,17 @@ var (
 	inspectScript = redis.NewScript(inspectLua)
 )
 
-var (
-	_ keycap.Inspector = (*Store)(nil)
-	_ keycap.Overrider = (*Store)(nil)
-)
-
 // parentTag is the tag of every parent's pool (keycap.Parent): the
 // parents' pools are all of one internal name. shadowParentTag is the tag
-// of the shadows of parents, which shadow limits (keycap.WithShadow) with
+// of the shadows of parents, which shadow limits (keycap.Spec.Shadow) with
 // a parent count in.
 var (
-	parentTag       = keycap.MustParent("parent", 1).Pool().Tag()
-	shadowParentTag = func() keycap.Tag {
-		p, _ := keycap.MustLimit("x", "k", 1, keycap.WithParent(keycap.MustParent("p", 1)), keycap.WithShadow()).Parent()
-		return p.Pool().Tag()
-	}()
+	parentTag       = store.TagOf(store.Internal, "parent")
+	shadowParentTag = store.TagOf(store.Internal|store.Shadow, "parent")
 )
 
 // isParentTag reports whether t is the tag of parents or of their shadows.
-func isParentTag(t keycap.Tag) bool { return t == parentTag || t == shadowParentTag }
+func isParentTag(t store.Tag) bool { return t == parentTag || t == shadowParentTag }
 
 const (
 	// scanBudget is the most SCAN calls one page makes: a page of a name
@@ -63,7 +55,7 @@ const (
 	maxScanCount = 250
 )
 
-// InspectPools implements keycap.Inspector with SCAN, never KEYS: on a
+// InspectPools implements store.Store with SCAN, never KEYS: on a
 // cluster, over every master in turn, ordered by the first slot each
 // serves, so that a failover keeps the order. A page costs up to 256 SCANs
 // of COUNT ten times the page size (100 to 250), one round trip each, then
@@ -74,7 +66,7 @@ const (
 // near: a page may hold fewer pools than asked, even none, and have a next
 // one.
 //
-// The pools of keys with a parent (keycap.WithParent) live in their
+// The pools of keys with a parent (keycap.Spec.Parent) live in their
 // parent's keys, so every page of the paging that SCAN brings to a parent
 // reads it (parents are few); a parent's own pool is listed, with every
 // key's leases and tickets, when its tag is the one asked.
@@ -86,13 +78,13 @@ const (
 // checksum, so that a cursor of another tag, or a forged one, is refused.
 // A pool that changes during the paging may be shown twice, as SCAN may
 // return a key twice.
-func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
+func (s *Store) InspectPools(ctx context.Context, q store.PageQuery) (store.PoolPage, error) {
 	childTag := q.Tag.String()
 	if isParentTag(q.Tag) {
 		childTag = "" // the parents' own pools: every key's leases
 	}
 	base := s.prefix + "keycap:"
-	pg := pager[keycap.PoolState]{
+	pg := pager[store.PoolState]{
 		kind:  'p',
 		match: globEscape(base) + "[sl][hil]*:{" + globTags(q.Tag, parentTag, shadowParentTag) + "*",
 		classify: func(key string) (f found, ok bool) {
@@ -120,13 +112,13 @@ func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.Po
 			}
 			return f.at.pool().Tag() == q.Tag && f.at[16] == 0
 		},
-		read: func(ctx context.Context, p redis.Pipeliner, f found) func() ([]entry[keycap.PoolState], error) {
+		read: func(ctx context.Context, p redis.Pipeliner, f found) func() ([]entry[store.PoolState], error) {
 			if f.container {
 				return s.readParent(ctx, p, f, q.Tag, childTag)
 			}
 			return s.readPool(ctx, p, f)
 		},
-		merge: func(a, b keycap.PoolState) keycap.PoolState {
+		merge: func(a, b store.PoolState) store.PoolState {
 			a.Holders = append(a.Holders, b.Holders...)
 			a.Waiting = append(a.Waiting, b.Waiting...)
 			return a
@@ -134,17 +126,17 @@ func (s *Store) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.Po
 	}
 	pools, next, err := scanPage(ctx, s, q, pg)
 	if err != nil {
-		return keycap.PoolPage{}, fmt.Errorf("redisstore: inspect pools: %w", err)
+		return store.PoolPage{}, fmt.Errorf("redisstore: inspect pools: %w", err)
 	}
-	return keycap.PoolPage{Pools: pools, Next: next}, nil
+	return store.PoolPage{Pools: pools, Next: next}, nil
 }
 
 // readPool queues the script that reads a pool without a parent.
-func (s *Store) readPool(ctx context.Context, p redis.Pipeliner, f found) func() ([]entry[keycap.PoolState], error) {
+func (s *Store) readPool(ctx context.Context, p redis.Pipeliner, f found) func() ([]entry[store.PoolState], error) {
 	id := f.at.pool()
 	names, _ := s.names(id)
 	cmd := inspectScript.EvalSha(ctx, p, names, "pool", flag(f.secondary))
-	return func() ([]entry[keycap.PoolState], error) {
+	return func() ([]entry[store.PoolState], error) {
 		reply, err := cmd.Slice()
 		if errors.Is(err, redis.Nil) {
 			return nil, nil // left to its slots key
@@ -155,7 +147,7 @@ func (s *Store) readPool(ctx context.Context, p redis.Pipeliner, f found) func()
 		if len(reply) != 2 {
 			return nil, fmt.Errorf("unexpected reply %v", reply)
 		}
-		st := keycap.PoolState{Pool: id}
+		st := store.PoolState{Pool: id}
 		if st.Holders, err = holders(reply[0]); err != nil {
 			return nil, err
 		}
@@ -165,17 +157,17 @@ func (s *Store) readPool(ctx context.Context, p redis.Pipeliner, f found) func()
 		if len(st.Holders) == 0 && len(st.Waiting) == 0 {
 			return nil, nil
 		}
-		return []entry[keycap.PoolState]{{at: f.at, val: st}}, nil
+		return []entry[store.PoolState]{{at: f.at, val: st}}, nil
 	}
 }
 
 // readParent queues the script that reads the pools of a parent's keys of
 // tag (childTag, in hex; "" for every key when tag is the parents' own).
-func (s *Store) readParent(ctx context.Context, p redis.Pipeliner, f found, tag keycap.Tag, childTag string) func() ([]entry[keycap.PoolState], error) {
+func (s *Store) readParent(ctx context.Context, p redis.Pipeliner, f found, tag store.Tag, childTag string) func() ([]entry[store.PoolState], error) {
 	parent := f.at.pool()
 	names, lines, _ := s.shareNames(parent)
 	cmd := inspectScript.EvalSha(ctx, p, []string{names[0], names[2]}, "parent", lines, childTag, flag(f.secondary))
-	return func() ([]entry[keycap.PoolState], error) {
+	return func() ([]entry[store.PoolState], error) {
 		reply, err := cmd.Slice()
 		if errors.Is(err, redis.Nil) {
 			return nil, nil // left to its leases key
@@ -186,15 +178,15 @@ func (s *Store) readParent(ctx context.Context, p redis.Pipeliner, f found, tag 
 		if len(reply)%3 != 0 {
 			return nil, fmt.Errorf("unexpected reply %v", reply)
 		}
-		var out []entry[keycap.PoolState]
-		all := keycap.PoolState{Pool: parent}
+		var out []entry[store.PoolState]
+		all := store.PoolState{Pool: parent}
 		for i := 0; i < len(reply); i += 3 {
 			c, _ := reply[i].(string)
-			var kid keycap.PoolID
+			var kid store.PoolID
 			if n, err := hex.Decode(kid[:], []byte(c)); err != nil || n != len(kid) {
 				return nil, fmt.Errorf("unexpected key %q in parent %s", c, parent)
 			}
-			st := keycap.PoolState{Pool: kid}
+			st := store.PoolState{Pool: kid}
 			if st.Holders, err = holders(reply[i+1]); err != nil {
 				return nil, err
 			}
@@ -202,7 +194,7 @@ func (s *Store) readParent(ctx context.Context, p redis.Pipeliner, f found, tag 
 				return nil, err
 			}
 			if kid.Tag() == tag {
-				out = append(out, entry[keycap.PoolState]{at: entryKey(kid, 0), val: st})
+				out = append(out, entry[store.PoolState]{at: entryKey(kid, 0), val: st})
 			}
 			if tag == parent.Tag() {
 				all.Holders = append(all.Holders, st.Holders...)
@@ -210,56 +202,56 @@ func (s *Store) readParent(ctx context.Context, p redis.Pipeliner, f found, tag 
 			}
 		}
 		if len(all.Holders) > 0 || len(all.Waiting) > 0 {
-			out = append(out, entry[keycap.PoolState]{at: f.at, val: all})
+			out = append(out, entry[store.PoolState]{at: f.at, val: all})
 		}
 		return out, nil
 	}
 }
 
 // holders decodes a script's holders: owner, weight, ms left, ...
-func holders(v any) ([]keycap.Holder, error) {
+func holders(v any) ([]store.Holder, error) {
 	r, ok := v.([]any)
 	if !ok || len(r)%3 != 0 {
 		return nil, fmt.Errorf("unexpected holders %v", v)
 	}
-	var out []keycap.Holder
+	var out []store.Holder
 	for i := 0; i < len(r); i += 3 {
 		o, ok1 := r[i].(string)
 		w, ok2 := r[i+1].(int64)
 		left, ok3 := r[i+2].(int64)
-		if !ok1 || !ok2 || !ok3 || len(o) != len(keycap.Owner{}) {
+		if !ok1 || !ok2 || !ok3 || len(o) != len(store.Owner{}) {
 			return nil, fmt.Errorf("unexpected holder %v", r[i:i+3])
 		}
-		out = append(out, keycap.Holder{Owner: keycap.Owner([]byte(o)), Weight: int(w), Expires: time.Duration(left) * time.Millisecond})
+		out = append(out, store.Holder{Owner: store.Owner([]byte(o)), Weight: int(w), Expires: time.Duration(left) * time.Millisecond})
 	}
 	return out, nil
 }
 
 // waiters decodes a script's waiters: owner, ms left, ...
-func waiters(v any) ([]keycap.Waiter, error) {
+func waiters(v any) ([]store.Waiter, error) {
 	r, ok := v.([]any)
 	if !ok || len(r)%2 != 0 {
 		return nil, fmt.Errorf("unexpected waiters %v", v)
 	}
-	var out []keycap.Waiter
+	var out []store.Waiter
 	for i := 0; i < len(r); i += 2 {
 		o, ok1 := r[i].(string)
 		left, ok2 := r[i+1].(int64)
-		if !ok1 || !ok2 || len(o) != len(keycap.Owner{}) {
+		if !ok1 || !ok2 || len(o) != len(store.Owner{}) {
 			return nil, fmt.Errorf("unexpected waiter %v", r[i:i+2])
 		}
-		out = append(out, keycap.Waiter{Owner: keycap.Owner([]byte(o)), Expires: time.Duration(left) * time.Millisecond})
+		out = append(out, store.Waiter{Owner: store.Owner([]byte(o)), Expires: time.Duration(left) * time.Millisecond})
 	}
 	return out, nil
 }
 
-// InspectPauses implements keycap.Inspector as InspectPools does, at the
+// InspectPauses implements store.Store as InspectPools does, at the
 // same cost: SCANs, then one pipelined round trip per node that reads each
 // pause's PTTL and each pace's theoretical arrival time (a script, by
 // Redis's clock).
-func (s *Store) InspectPauses(ctx context.Context, q keycap.PageQuery) (keycap.PausePage, error) {
+func (s *Store) InspectPauses(ctx context.Context, q store.PageQuery) (store.PausePage, error) {
 	pause, rate := s.prefix+"keycap:", "rate:"+s.prefix+"keycap:"
-	pg := pager[keycap.PauseState]{
+	pg := pager[store.PauseState]{
 		kind: 's',
 		// "*": a pace's key starts with redis_rate's "rate:".
 		match: "*" + globEscape(pause) + "[pr]a[ut][se]*:{" + q.Tag.String() + "*",
@@ -275,47 +267,47 @@ func (s *Store) InspectPauses(ctx context.Context, q keycap.PageQuery) (keycap.P
 		valid: func(f found) bool {
 			return !f.container && !f.secondary && f.at.pool().Tag() == q.Tag && f.at[16] <= 1
 		},
-		read: func(ctx context.Context, p redis.Pipeliner, f found) func() ([]entry[keycap.PauseState], error) {
+		read: func(ctx context.Context, p redis.Pipeliner, f found) func() ([]entry[store.PauseState], error) {
 			id := f.at.pool()
 			if f.at[len(id)] == 0 {
-				cmd := p.PTTL(ctx, s.PauseKey(id))
-				return func() ([]entry[keycap.PauseState], error) {
+				cmd := p.PTTL(ctx, s.pauseKey(id))
+				return func() ([]entry[store.PauseState], error) {
 					left, err := cmd.Result()
 					if err != nil || left <= 0 { // -2: gone
 						return nil, err
 					}
-					return []entry[keycap.PauseState]{{at: f.at, val: keycap.PauseState{ID: id, Left: left}}}, nil
+					return []entry[store.PauseState]{{at: f.at, val: store.PauseState{ID: id, Left: left}}}, nil
 				}
 			}
-			cmd := inspectScript.EvalSha(ctx, p, []string{"rate:" + s.RateKey(id)}, "pace")
-			return func() ([]entry[keycap.PauseState], error) {
+			cmd := inspectScript.EvalSha(ctx, p, []string{"rate:" + s.rateKey(id)}, "pace")
+			return func() ([]entry[store.PauseState], error) {
 				us, err := cmd.Int64()
 				if err != nil || us <= 0 {
 					return nil, err
 				}
-				return []entry[keycap.PauseState]{{at: f.at, val: keycap.PauseState{ID: id, Pace: true, Left: time.Duration(us) * time.Microsecond}}}, nil
+				return []entry[store.PauseState]{{at: f.at, val: store.PauseState{ID: id, Pace: true, Left: time.Duration(us) * time.Microsecond}}}, nil
 			}
 		},
 	}
 	pauses, next, err := scanPage(ctx, s, q, pg)
 	if err != nil {
-		return keycap.PausePage{}, fmt.Errorf("redisstore: inspect pauses: %w", err)
+		return store.PausePage{}, fmt.Errorf("redisstore: inspect pauses: %w", err)
 	}
-	return keycap.PausePage{Pauses: pauses, Next: next}, nil
+	return store.PausePage{Pauses: pauses, Next: next}, nil
 }
 
 // at is the order of the entries of a page's keys: a pool's ID, then 0
 // for a pool or a pause, 1 for a pace.
 type at [17]byte
 
-func entryKey(id keycap.PoolID, sub byte) at {
+func entryKey(id store.PoolID, sub byte) at {
 	var a at
 	copy(a[:], id[:])
 	a[len(id)] = sub
 	return a
 }
 
-func (a at) pool() keycap.PoolID { return keycap.PoolID(a[:16]) }
+func (a at) pool() store.PoolID { return store.PoolID(a[:16]) }
 
 func (a at) less(b at) bool { return bytes.Compare(a[:], b[:]) < 0 }
 
@@ -381,7 +373,7 @@ const maxCarried = 32
 const doneNode = 1 << 14
 
 // scanPage returns the entries of one page and the cursor of the next.
-func scanPage[T any](ctx context.Context, s *Store, q keycap.PageQuery, pg pager[T]) ([]T, string, error) {
+func scanPage[T any](ctx context.Context, s *Store, q store.PageQuery, pg pager[T]) ([]T, string, error) {
 	pos, err := decodeCursor(q.Cursor, pg.kind, q.Tag, pg.valid)
 	if err != nil {
 		return nil, "", err
@@ -659,7 +651,7 @@ func (c cursor) carry(x at, keys []found) cursor {
 // encodeCursor writes c as kind and the tag, the node, the SCAN cursor
 // and, when it carries keys, from and the keys (each its at and a byte of
 // flags) in base64, and a checksum of them.
-func encodeCursor(kind byte, tag keycap.Tag, c cursor) string {
+func encodeCursor(kind byte, tag store.Tag, c cursor) string {
 	body := fmt.Sprintf("%c%s.%d.%d", kind, tag, c.node, c.scan)
 	if len(c.carried) > 0 {
 		b := make([]byte, 0, len(c.from)+len(c.carried)*(len(at{})+1))
@@ -685,7 +677,7 @@ func checksum(body string) string {
 
 // decodeCursor reads a cursor of encodeCursor, of the same kind and tag,
 // whose keys carried are valid.
-func decodeCursor(s string, kind byte, tag keycap.Tag, valid func(found) bool) (cursor, error) {
+func decodeCursor(s string, kind byte, tag store.Tag, valid func(found) bool) (cursor, error) {
 	var c cursor
 	if s == "" {
 		return c, nil
@@ -729,7 +721,7 @@ func decodeCursor(s string, kind byte, tag keycap.Tag, valid func(found) bool) (
 
 // splitKey splits a key base + typ + ":{" + 32 hex + "}" into typ and its
 // pool.
-func splitKey(key, base string) (typ string, id keycap.PoolID, ok bool) {
+func splitKey(key, base string) (typ string, id store.PoolID, ok bool) {
 	rest, ok := strings.CutPrefix(key, base)
 	if !ok {
 		return "", id, false
@@ -759,7 +751,7 @@ func globEscape(s string) string {
 // globTags returns a MATCH pattern of 8 hex digits that matches both
 // tags: a class where their digits differ. It may match other tags
 // too, which the caller drops.
-func globTags(tags ...keycap.Tag) string {
+func globTags(tags ...store.Tag) string {
 	hexes := make([]string, len(tags))
 	for i, t := range tags {
 		hexes[i] = t.String()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/store"
 )
 
 // scanCounter counts the SCAN commands a client sends, and its other
@@ -98,7 +99,7 @@ func BenchmarkInspect(b *testing.B) {
 	expiry := float64(now.Add(10 * time.Minute).UnixMilli())
 	keys := make([]string, others)
 	for i := range keys {
-		keys[i] = s.Key(keycap.NewPoolID("bench-inspect-other", fmt.Sprint(i)))
+		keys[i] = s.Key(store.PoolOf(0, "bench-inspect-other", fmt.Sprint(i)))
 	}
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -113,7 +114,7 @@ func BenchmarkInspect(b *testing.B) {
 	for batch := range slices.Chunk(keys, 1000) {
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, k := range batch {
-				o := keycap.NewOwner()
+				o := store.NewOwner()
 				p.ZAdd(ctx, k, redis.Z{Score: expiry, Member: o[:]})
 				p.PExpire(ctx, k, 10*time.Minute)
 			}
@@ -124,24 +125,24 @@ func BenchmarkInspect(b *testing.B) {
 		}
 	}
 	name := "bench-inspect"
-	tag := keycap.TagOf(keycap.FamilyApp, name)
+	tag := store.TagOf(byte(keycap.FamilyApp), name)
 	for i := range inspected {
-		p := keycap.NewPoolID(name, fmt.Sprint(i))
+		p := store.PoolOf(0, name, fmt.Sprint(i))
 		for range leases {
-			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), leases, 10*time.Minute); !ok || err != nil {
-				b.Fatal(ok, err)
+			if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: leases, TTL: 10 * time.Minute}); !g.Granted || err != nil {
+				b.Fatal(g.Granted, err)
 			}
 		}
 	}
 	defer func() {
 		for i := range inspected {
-			_ = c.Del(ctx, s.Key(keycap.NewPoolID(name, fmt.Sprint(i)))).Err()
+			_ = c.Del(ctx, s.Key(store.PoolOf(0, name, fmt.Sprint(i)))).Err()
 		}
 	}()
 
 	// paging reads every page of the name, and returns the pools and pages.
 	paging := func() (pools, pages int, err error) {
-		q := keycap.PageQuery{Tag: tag, Limit: size}
+		q := store.PageQuery{Tag: tag, Limit: size}
 		for {
 			page, err := s.InspectPools(ctx, q)
 			if err != nil {
@@ -216,21 +217,21 @@ func BenchmarkInspect(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p := keycap.NewPoolID("bench-inspect-pairs", fmt.Sprint(w))
+				p := store.PoolOf(0, "bench-inspect-pairs", fmt.Sprint(w))
 				for {
 					select {
 					case <-stop:
 						return
 					default:
 					}
-					o := keycap.NewOwner()
+					o := store.NewOwner()
 					start := time.Now()
-					ok, err := s.Acquire(ctx, p, o, 1, time.Minute)
+					g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 1, TTL: time.Minute})
 					if err == nil {
-						err = s.Release(ctx, p, o)
+						_, err = s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
 					}
-					if err != nil || !ok {
-						b.Error(ok, err)
+					if err != nil || !g.Granted {
+						b.Error(g.Granted, err)
 						return
 					}
 					lat[w] = append(lat[w], time.Since(start))

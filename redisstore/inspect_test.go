@@ -13,6 +13,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // backends are the topologies the tests and benchmarks that need both run on.
@@ -37,9 +38,9 @@ func onEachBackend(t *testing.T, test func(t *testing.T, c redis.UniversalClient
 }
 
 // pages reads every page of tag at the given size, and fails past 10000.
-func pages(t *testing.T, s *redisstore.Store, tag keycap.Tag, size int) (pools []keycap.PoolState, n int, longest int) {
+func pages(t *testing.T, s *redisstore.Store, tag store.Tag, size int) (pools []store.PoolState, n int, longest int) {
 	t.Helper()
-	q := keycap.PageQuery{Tag: tag, Limit: size}
+	q := store.PageQuery{Tag: tag, Limit: size}
 	for n = 1; ; n++ {
 		if n > 10000 {
 			t.Fatalf("page size %d: paging did not end after 10000 pages", size)
@@ -70,39 +71,39 @@ func TestInspectPagesParentsAndCarries(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
 		ctx := context.Background()
 		name := "insp-carry"
-		want := map[keycap.PoolID]int{} // → slots held
+		want := map[store.PoolID]int{} // → slots held
 		parentHeld := 0
 		for i := range 150 {
-			p := keycap.NewPoolID(name, fmt.Sprint("plain", i))
-			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 5, time.Minute); !ok || err != nil {
-				t.Fatal(ok, err)
+			p := store.PoolOf(0, name, fmt.Sprint("plain", i))
+			if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 5, TTL: time.Minute}); !g.Granted || err != nil {
+				t.Fatal(g.Granted, err)
 			}
 			want[p] = 1
-			if ok, err := s.Acquire(ctx, keycap.NewPoolID("insp-other", fmt.Sprint(i)), keycap.NewOwner(), 5, time.Minute); !ok || err != nil {
-				t.Fatal(ok, err)
+			if g, err := s.Acquire(ctx, store.Demand{Pool: store.PoolOf(0, "insp-other", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 5, TTL: time.Minute}); !g.Granted || err != nil {
+				t.Fatal(g.Granted, err)
 			}
 		}
 		for _, pn := range []string{"insp-parent-a", "insp-parent-b"} {
 			parent := keycap.MustParent(pn, 100)
 			for i := range 20 {
-				kid := keycap.NewPoolID(name, fmt.Sprint(pn, i))
+				kid := store.PoolOf(0, name, fmt.Sprint(pn, i))
 				w := 1 + i%3
-				d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: w, Parent: parent.Pool(), ParentMax: 100, Share: 1}
-				if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-					t.Fatal(ok, err)
+				d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: w, Parent: store.Parent{Pool: parent.Pool(), Max: 100, Share: 1}}
+				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+					t.Fatal(g.Granted, err)
 				}
 				want[kid] = w
 				parentHeld += w + 1
 				// Another name's key under the same parent: not shown.
-				d.Pool, d.Owner, d.Weight = keycap.NewPoolID("insp-other", fmt.Sprint(pn, i)), keycap.NewOwner(), 1
-				if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-					t.Fatal(ok, err)
+				d.Pool, d.Owner, d.Weight = store.PoolOf(0, "insp-other", fmt.Sprint(pn, i)), store.NewOwner(), 1
+				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+					t.Fatal(g.Granted, err)
 				}
 			}
 		}
 		for _, size := range []int{1, 3, 7, 40, 1000} {
-			pools, n, longest := pages(t, s, keycap.TagOf(keycap.FamilyApp, name), size)
-			got := map[keycap.PoolID]int{}
+			pools, n, longest := pages(t, s, store.TagOf(byte(keycap.FamilyApp), name), size)
+			got := map[store.PoolID]int{}
 			dup := 0
 			for _, p := range pools {
 				if _, ok := got[p.Pool]; ok {
@@ -143,27 +144,27 @@ func TestInspectLinesAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
 		ctx := context.Background()
 		name := "insp-alone"
-		tk := keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
-		p := keycap.NewPoolID(name, "plain")
+		tk := store.Ticket{TTL: time.Minute, Claim: time.Minute}
+		p := store.PoolOf(0, name, "plain")
 		// Leases of a second: long enough to be held when the waiters
 		// queue on a loaded machine, short enough to lapse soon after.
-		if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Second); !ok || err != nil {
-			t.Fatal(ok, err)
+		if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Second}); !g.Granted || err != nil {
+			t.Fatal(g.Granted, err)
 		}
-		waiter := keycap.NewOwner()
-		if ok, _, err := s.Queue(ctx, p, waiter, 1, time.Minute, tk); ok || err != nil {
-			t.Fatal(ok, err)
+		waiter := store.NewOwner()
+		if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: waiter, Max: 1, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+			t.Fatal(g.Granted, err)
 		}
 		parent := keycap.MustParent("insp-alone-parent", 1)
-		kid := keycap.NewPoolID(name, "kid")
-		d := keycap.Demand{Pool: kid, Owner: keycap.NewOwner(), Max: 1, TTL: time.Second, Weight: 1, Parent: parent.Pool(), ParentMax: 1, Share: 1}
-		if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-			t.Fatal(ok, err)
+		kid := store.PoolOf(0, name, "kid")
+		d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 1, TTL: time.Second, Weight: 1, Parent: store.Parent{Pool: parent.Pool(), Max: 1, Share: 1}}
+		if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+			t.Fatal(g.Granted, err)
 		}
-		kidWaiter := keycap.NewOwner()
-		d.Owner, d.TTL = kidWaiter, time.Minute
-		if ok, _, err := s.AcquireDemand(ctx, d, &tk); ok || err != nil {
-			t.Fatal(ok, err)
+		kidWaiter := store.NewOwner()
+		d.Owner, d.TTL, d.Line = kidWaiter, time.Minute, tk
+		if g, err := s.Acquire(ctx, d); g.Granted || err != nil {
+			t.Fatal(g.Granted, err)
 		}
 		leases, _, _, _ := s.ShareKeys(parent.Pool())
 		deadline := time.Now().Add(5 * time.Second)
@@ -187,7 +188,7 @@ func TestInspectLinesAlone(t *testing.T) {
 				t.Fatalf("page size %d: %+v, want the two waiting pools", size, pools)
 			}
 			for _, st := range pools {
-				w := map[keycap.PoolID]keycap.Owner{p: waiter, kid: kidWaiter}[st.Pool]
+				w := map[store.PoolID]store.Owner{p: waiter, kid: kidWaiter}[st.Pool]
 				if len(st.Holders) != 0 || len(st.Waiting) != 1 || st.Waiting[0].Owner != w || st.Waiting[0].Expires <= 0 {
 					t.Fatalf("pool %s: %+v, want its one waiter", st.Pool, st)
 				}
@@ -203,22 +204,22 @@ func TestInspectPausesPage(t *testing.T) {
 		ctx := context.Background()
 		want := map[string]bool{}
 		for i := range 30 {
-			id := keycap.PoolIDOf(keycap.FamilyPause, "insp-pauses", fmt.Sprint(i))
+			id := store.PoolOf(byte(keycap.FamilyPause), "insp-pauses", fmt.Sprint(i))
 			if _, err := s.Pause(ctx, id, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			want[id.String()+"/pause"] = true
 			if i%2 == 0 {
-				if _, err := s.Pace(ctx, id, keycap.Rate{Events: 1, Period: time.Minute, Burst: 1}); err != nil {
+				if _, err := s.Pace(ctx, id, store.Rate{Events: 1, Period: time.Minute, Burst: 1}); err != nil {
 					t.Fatal(err)
 				}
 				want[id.String()+"/pace"] = true
 			}
 		}
-		tag := keycap.TagOf(keycap.FamilyPause, "insp-pauses")
+		tag := store.TagOf(byte(keycap.FamilyPause), "insp-pauses")
 		for _, size := range []int{1, 4, 100} {
 			got := map[string]bool{}
-			q := keycap.PageQuery{Tag: tag, Limit: size}
+			q := store.PageQuery{Tag: tag, Limit: size}
 			for n := 0; ; n++ {
 				if n > 1000 {
 					t.Fatal("paging did not end")
@@ -259,23 +260,23 @@ func TestInspectRefusesOthersCursors(t *testing.T) {
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := s.Acquire(ctx, keycap.NewPoolID("insp-cursor", fmt.Sprint(i)), keycap.NewOwner(), 1, time.Minute); err != nil {
+		if _, err := s.Acquire(ctx, store.Demand{Pool: store.PoolOf(0, "insp-cursor", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tag := keycap.TagOf(keycap.FamilyApp, "insp-cursor")
-	page, err := s.InspectPools(ctx, keycap.PageQuery{Tag: tag, Limit: 1})
+	tag := store.TagOf(byte(keycap.FamilyApp), "insp-cursor")
+	page, err := s.InspectPools(ctx, store.PageQuery{Tag: tag, Limit: 1})
 	if err != nil || page.Next == "" {
 		t.Fatalf("first page: %+v, %v; want a next one", page, err)
 	}
-	if _, err := s.InspectPools(ctx, keycap.PageQuery{Tag: tag, Limit: 1, Cursor: page.Next}); err != nil {
+	if _, err := s.InspectPools(ctx, store.PageQuery{Tag: tag, Limit: 1, Cursor: page.Next}); err != nil {
 		t.Fatalf("its own cursor: %v", err)
 	}
 	altered := []byte(page.Next)
 	altered[len(altered)/2] ^= 1
-	for what, q := range map[string]keycap.PageQuery{
+	for what, q := range map[string]store.PageQuery{
 		"altered":      {Tag: tag, Cursor: string(altered)},
-		"another tag":  {Tag: keycap.TagOf(keycap.FamilyApp, "insp-other"), Cursor: page.Next},
+		"another tag":  {Tag: store.TagOf(byte(keycap.FamilyApp), "insp-other"), Cursor: page.Next},
 		"garbage":      {Tag: tag, Cursor: "p.1.2.3"},
 		"dots":         {Tag: tag, Cursor: strings.Repeat(".", 40)},
 		"its checksum": {Tag: tag, Cursor: page.Next[:strings.LastIndexByte(page.Next, '.')] + ".00000000"},
@@ -284,7 +285,7 @@ func TestInspectRefusesOthersCursors(t *testing.T) {
 			t.Errorf("%s cursor accepted", what)
 		}
 	}
-	if _, err := s.InspectPauses(ctx, keycap.PageQuery{Tag: tag, Cursor: page.Next}); err == nil {
+	if _, err := s.InspectPauses(ctx, store.PageQuery{Tag: tag, Cursor: page.Next}); err == nil {
 		t.Error("a cursor of pools accepted for pauses")
 	}
 }
@@ -295,21 +296,21 @@ func TestInspectAfterScriptFlush(t *testing.T) {
 	c := testenv.Redis(t)
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
-	p := keycap.NewPoolID("insp-flush", "k")
-	if _, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); err != nil {
+	p := store.PoolOf(0, "insp-flush", "k")
+	if _, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.InspectPools(ctx, keycap.PageQuery{Tag: p.Tag()})
+	page, err := s.InspectPools(ctx, store.PageQuery{Tag: p.Tag()})
 	if err != nil || len(page.Pools) != 1 {
 		t.Fatalf("after a flush: %+v, %v", page, err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetOverride(ctx, keycap.Override{Name: "n", Max: 1, Pool: p}); err != nil {
+	if err := s.SetOverride(ctx, store.Override{Name: "n", Max: 1, Pool: p}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -321,8 +322,8 @@ func TestOverridesKeepAnyBytes(t *testing.T) {
 	t.Parallel()
 	onEachBackend(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
 		ctx := context.Background()
-		o := keycap.Override{Family: keycap.FamilyConn | 0x80, Name: "5|x|\x00|", Key: "|\xff\x00é|", Max: keycap.KeepMax, Share: 7, TTL: time.Minute}
-		o.Pool = keycap.PoolIDOf(o.Family, o.Name, o.Key)
+		o := store.Override{Family: byte(keycap.FamilyConn | 0x80), Name: "5|x|\x00|", Key: "|\xff\x00é|", Max: keycap.KeepMax, Share: 7, TTL: time.Minute}
+		o.Pool = store.PoolOf(o.Family, o.Name, o.Key)
 		if err := s.SetOverride(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +342,7 @@ func TestOverridesKeepAnyBytes(t *testing.T) {
 		if v2, list, err := s.Overrides(ctx, v); err != nil || v2 != v || list != nil {
 			t.Fatalf("unchanged: %d, %+v, %v", v2, list, err)
 		}
-		if err := s.DeleteOverride(ctx, keycap.NewPoolID("never", "set")); err != nil {
+		if err := s.DeleteOverride(ctx, store.PoolOf(0, "never", "set")); err != nil {
 			t.Fatal(err)
 		}
 		if v2, _, err := s.Overrides(ctx, v); err != nil || v2 != v {
@@ -362,11 +363,11 @@ func TestInspectRing(t *testing.T) {
 	s := newStore(t, ring, testenv.Prefix(t, testenv.Redis(t)))
 	ctx := context.Background()
 	for i := range 3 {
-		if ok, err := s.Acquire(ctx, keycap.NewPoolID("insp-ring", fmt.Sprint(i)), keycap.NewOwner(), 1, time.Minute); !ok || err != nil {
-			t.Fatal(ok, err)
+		if g, err := s.Acquire(ctx, store.Demand{Pool: store.PoolOf(0, "insp-ring", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+			t.Fatal(g.Granted, err)
 		}
 	}
-	if pools, _, _ := pages(t, s, keycap.TagOf(keycap.FamilyApp, "insp-ring"), 2); len(pools) != 3 {
+	if pools, _, _ := pages(t, s, store.TagOf(byte(keycap.FamilyApp), "insp-ring"), 2); len(pools) != 3 {
 		t.Fatalf("%d pools, want 3", len(pools))
 	}
 }
@@ -380,18 +381,18 @@ func TestInspectRoundTrips(t *testing.T) {
 		name := "insp-rt"
 		parent := keycap.MustParent("insp-rt", 10).Pool()
 		for i := range 30 {
-			p := keycap.NewPoolID(name, fmt.Sprint(i))
-			if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), 1, time.Minute); !ok || err != nil {
-				t.Fatal(ok, err)
+			p := store.PoolOf(0, name, fmt.Sprint(i))
+			if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+				t.Fatal(g.Granted, err)
 			}
 			if i < 5 {
-				d := keycap.Demand{Pool: keycap.NewPoolID(name, fmt.Sprint("kid", i)), Owner: keycap.NewOwner(), Max: 1, TTL: time.Minute, Weight: 1, Parent: parent, ParentMax: 10, Share: 1}
-				if ok, _, err := s.AcquireDemand(ctx, d, nil); !ok || err != nil {
-					t.Fatal(ok, err)
+				d := store.Demand{Pool: store.PoolOf(0, name, fmt.Sprint("kid", i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Weight: 1, Parent: store.Parent{Pool: parent, Max: 10, Share: 1}}
+				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+					t.Fatal(g.Granted, err)
 				}
 			}
 		}
-		tag := keycap.TagOf(keycap.FamilyApp, name)
+		tag := store.TagOf(byte(keycap.FamilyApp), name)
 		pages(t, s, tag, 1000) // warm up: scripts, connections, slots
 		nodes := 1
 		if cc, ok := c.(*redis.ClusterClient); ok {
@@ -418,7 +419,7 @@ func TestOverridesVersionAfterLoss(t *testing.T) {
 	c := testenv.Redis(t)
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
-	o := keycap.Override{Name: "n", Key: "a", Max: 1, Pool: keycap.NewPoolID("n", "a")}
+	o := store.Override{Name: "n", Key: "a", Max: 1, Pool: store.PoolOf(0, "n", "a")}
 	if err := s.SetOverride(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +431,7 @@ func TestOverridesVersionAfterLoss(t *testing.T) {
 	if err := c.Del(ctx, set, version).Err(); err != nil {
 		t.Fatal(err)
 	}
-	o.Key, o.Pool = "b", keycap.NewPoolID("n", "b")
+	o.Key, o.Pool = "b", store.PoolOf(0, "n", "b")
 	if err := s.SetOverride(ctx, o); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // hub holds the store's pub/sub subscriptions: one connection per Redis
@@ -34,8 +34,8 @@ type group struct {
 // watch is one channel's watchers, and the callers waiting for Redis to
 // confirm its subscription.
 type watch struct {
-	pool      keycap.PoolID
-	fns       map[*func([]keycap.Owner)]struct{}
+	pool      store.PoolID
+	fns       map[*func([]store.Owner)]struct{}
 	confirmed bool
 	pending   []chan error
 }
@@ -45,13 +45,13 @@ func (h *hub) init(s *Store) {
 	h.groups = make(map[string]*group)
 }
 
-// Notify implements keycap.Notifier with Redis's sharded pub/sub (SSUBSCRIBE,
+// Notify implements store.Store with Redis's sharded pub/sub (SSUBSCRIBE,
 // Redis 7 or later): the scripts that hand a slot to a ticket publish the
-// owners served on the pool's channel (Channel). It returns once Redis
+// owners served on the pool's channel. It returns once Redis
 // confirmed the subscription. On a Redis without sharded pub/sub it returns
-// an error, and waiters poll (keycap.LinePoll).
-func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap.Owner)) (func(), error) {
-	channel := s.Channel(pool)
+// an error, and waiters poll (every second).
+func (s *Store) Notify(ctx context.Context, pool store.PoolID, fn func([]store.Owner)) (func(), error) {
+	channel := s.channel(pool)
 	key := ""
 	if s.cluster != nil {
 		key = s.slots.of(slotOf(pool))
@@ -76,7 +76,7 @@ func (s *Store) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap
 	w := g.chans[channel]
 	newChannel := w == nil
 	if newChannel {
-		w = &watch{pool: pool, fns: make(map[*func([]keycap.Owner)]struct{})}
+		w = &watch{pool: pool, fns: make(map[*func([]store.Owner)]struct{})}
 		g.chans[channel] = w
 	}
 	w.fns[fp] = struct{}{}
@@ -133,7 +133,7 @@ func (h *hub) subscribe(ctx context.Context, channels []string) *redis.PubSub {
 
 // stop removes one watcher; a channel left without any is unsubscribed
 // from, and a connection left without channels closed.
-func (h *hub) stop(g *group, channel string, fp *func([]keycap.Owner)) {
+func (h *hub) stop(g *group, channel string, fp *func([]store.Owner)) {
 	h.mu.Lock()
 	w := g.chans[channel]
 	if w == nil {
@@ -276,16 +276,16 @@ func (h *hub) failPending(g *group, err error) {
 
 // deliver hands a message's owners to the channel's watchers.
 func (h *hub) deliver(g *group, channel, payload string) {
-	var served []keycap.Owner
-	for len(payload) >= len(keycap.Owner{}) {
-		var o keycap.Owner
+	var served []store.Owner
+	for len(payload) >= len(store.Owner{}) {
+		var o store.Owner
 		copy(o[:], payload)
 		served = append(served, o)
 		payload = payload[len(o):]
 	}
 	h.mu.Lock()
 	w := g.chans[channel]
-	var fns []func([]keycap.Owner)
+	var fns []func([]store.Owner)
 	if w != nil {
 		for fp := range w.fns {
 			fns = append(fns, *fp)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
+	"github.com/keycap/keycap/store"
 )
 
 // TestNotificationsSurviveAReconnect: on a cluster, the channels of pools
@@ -20,10 +20,10 @@ func TestNotificationsSurviveAReconnect(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.RedisCluster(t)
 	s := newStore(t, c, testenv.Prefix(t, c))
-	var pools []keycap.PoolID
+	var pools []store.PoolID
 	master := ""
 	for i := 0; len(pools) < 2; i++ {
-		p := keycap.NewPoolID("reconnect", fmt.Sprint(i))
+		p := store.PoolOf(0, "reconnect", fmt.Sprint(i))
 		m, err := c.MasterForKey(ctx, s.Channel(p))
 		if err != nil {
 			t.Fatal(err)
@@ -40,9 +40,9 @@ func TestNotificationsSurviveAReconnect(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	heard := make(chan []keycap.Owner, 64)
+	heard := make(chan []store.Owner, 64)
 	for _, p := range pools {
-		stop, err := s.Notify(ctx, p, func(o []keycap.Owner) { heard <- o })
+		stop, err := s.Notify(ctx, p, func(o []store.Owner) { heard <- o })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,16 +61,16 @@ func TestNotificationsSurviveAReconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watchers were never told to look after the reconnect")
 	}
-	tk := keycap.Ticket{TTL: time.Minute, Claim: 10 * time.Second}
+	tk := store.Ticket{TTL: time.Minute, Claim: 10 * time.Second}
 	for attempt := 0; ; attempt++ {
-		a, b := keycap.NewOwner(), keycap.NewOwner()
-		if ok, err := s.Acquire(ctx, pools[0], a, 1, time.Minute); !ok || err != nil {
-			t.Fatalf("acquire: %v %v", ok, err)
+		a, b := store.NewOwner(), store.NewOwner()
+		if g, err := s.Acquire(ctx, store.Demand{Pool: pools[0], Owner: a, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+			t.Fatalf("acquire: %v %v", g.Granted, err)
 		}
-		if ok, _, err := s.Queue(ctx, pools[0], b, 1, time.Minute, tk); ok || err != nil {
-			t.Fatalf("queue: %v %v", ok, err)
+		if g, err := s.Acquire(ctx, store.Demand{Pool: pools[0], Owner: b, Max: 1, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+			t.Fatalf("queue: %v %v", g.Granted, err)
 		}
-		if err := s.Release(ctx, pools[0], a); err != nil {
+		if _, err := s.Release(ctx, store.Demand{Pool: pools[0], Owner: a}, false); err != nil {
 			t.Fatal(err)
 		}
 		timeout := time.After(time.Second)
@@ -79,14 +79,14 @@ func TestNotificationsSurviveAReconnect(t *testing.T) {
 			select {
 			case o := <-heard: // calls to look may come first
 				if len(o) == 1 && o[0] == b {
-					_ = s.Release(ctx, pools[0], b)
+					_, _ = s.Release(ctx, store.Demand{Pool: pools[0], Owner: b}, false)
 					return
 				}
 			case <-timeout:
 				break wait
 			}
 		}
-		_ = s.Release(ctx, pools[0], b)
+		_, _ = s.Release(ctx, store.Demand{Pool: pools[0], Owner: b}, false)
 		if attempt == 4 {
 			t.Fatal("handoffs after the reconnect are not notified")
 		}

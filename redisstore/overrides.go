@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 var (
@@ -20,8 +20,8 @@ var (
 	overridesScript = redis.NewScript(overridesLua)
 )
 
-// OverrideKeys returns the Redis keys of the store's overrides
-// (keycap.Overrider): a hash of pool (in hex) → override, each field
+// overrideNames returns the Redis keys of the store's overrides
+// (store.Overrides): a hash of pool (in hex) → override, each field
 // "expiry|family|max|share|len(name)|" followed by the name and the key as
 // they are (the expiry in Unix ms by Redis's clock, 0 for none), and the
 // version of the set: moved on by every change to Redis's time in µs, or
@@ -30,20 +30,20 @@ var (
 // hand out again a version that clients hold for other overrides. The two
 // share the hash tag {o}: on a cluster, every override lives on one
 // master.
-func (s *Store) OverrideKeys() (set, version string) {
+func (s *Store) overrideNames() (set, version string) {
 	set = s.prefix + "keycap:overrides:{o}"
 	return set, set + ":v"
 }
 
 func (s *Store) overrideKeys() []string {
-	set, version := s.OverrideKeys()
+	set, version := s.overrideNames()
 	return []string{set, version}
 }
 
-// SetOverride implements keycap.Overrider: one EVALSHA, which stores the
+// SetOverride implements store.Store: one EVALSHA, which stores the
 // override, expiring o.TTL from now by Redis's clock, and moves the
 // version on.
-func (s *Store) SetOverride(ctx context.Context, o keycap.Override) error {
+func (s *Store) SetOverride(ctx context.Context, o store.Override) error {
 	var ttl int64
 	if o.TTL > 0 {
 		ttl = ms(o.TTL)
@@ -56,9 +56,9 @@ func (s *Store) SetOverride(ctx context.Context, o keycap.Override) error {
 	return nil
 }
 
-// DeleteOverride implements keycap.Overrider: one EVALSHA, which moves the
+// DeleteOverride implements store.Store: one EVALSHA, which moves the
 // version on only when there was an override to remove.
-func (s *Store) DeleteOverride(ctx context.Context, pool keycap.PoolID) error {
+func (s *Store) DeleteOverride(ctx context.Context, pool store.PoolID) error {
 	if err := overridesScript.Run(ctx, s.client, s.overrideKeys(), "del", pool.String()).Err(); err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: delete override: %w", err)
@@ -66,11 +66,11 @@ func (s *Store) DeleteOverride(ctx context.Context, pool keycap.PoolID) error {
 	return nil
 }
 
-// Overrides implements keycap.Overrider: one EVALSHA, which reads only the
+// Overrides implements store.Store: one EVALSHA, which reads only the
 // version when it is still since, else every override with its time left
 // by Redis's clock (dropping the expired ones, which leaves the version as
 // it is).
-func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []keycap.Override, error) {
+func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []store.Override, error) {
 	reply, err := overridesScript.Run(ctx, s.client, s.overrideKeys(), "get", strconv.FormatUint(since, 10)).Slice()
 	if err != nil {
 		s.failed(err)
@@ -88,7 +88,7 @@ func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []keycap.O
 	if version == since {
 		return since, nil, nil
 	}
-	var list []keycap.Override
+	var list []store.Override
 	for i := 1; i < len(reply); i += 3 {
 		field, _ := reply[i].(string)
 		left, ok := reply[i+1].(int64)
@@ -105,8 +105,8 @@ func (s *Store) Overrides(ctx context.Context, since uint64) (uint64, []keycap.O
 
 // decodeOverride reads an override stored by SetOverride, its expiry
 // stripped: "family|max|share|len(name)|" then the name and the key.
-func decodeOverride(field, value string) (keycap.Override, error) {
-	var o keycap.Override
+func decodeOverride(field, value string) (store.Override, error) {
+	var o store.Override
 	b, err := hex.DecodeString(field)
 	if err != nil || len(b) != len(o.Pool) {
 		return o, fmt.Errorf("bad pool %q", field)
@@ -123,7 +123,7 @@ func decodeOverride(field, value string) (keycap.Override, error) {
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || n < 0 || n > len(f[4]) {
 		return o, fmt.Errorf("bad override %q", value)
 	}
-	o.Family, o.Max, o.Share = keycap.Family(family), maxSlots, share
+	o.Family, o.Max, o.Share = uint8(family), maxSlots, share
 	o.Name, o.Key = f[4][:n], f[4][n:]
 	return o, nil
 }

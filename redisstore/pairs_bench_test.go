@@ -11,6 +11,7 @@ import (
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkPairsVsPing measures acquire+release pairs per second on one
@@ -50,17 +51,17 @@ func BenchmarkPairLatency(b *testing.B) {
 	s := newStore(b, c, testenv.Prefix(b, c))
 	l := benchLimiter(b, s)
 	ctx := context.Background()
-	pool := keycap.NewPoolID("latency", "k")
-	lim := keycap.MustLimit("latency-limiter", "k", 1)
+	pool := store.PoolOf(0, "latency", "k")
+	lim := keycap.Spec{Name: "latency-limiter", Max: 1}.For("k")
 	storeTimes := make([]time.Duration, 0, 1<<14)
 	limiterTimes := make([]time.Duration, 0, 1<<14)
 	for b.Loop() {
 		start := time.Now()
-		o := keycap.NewOwner()
-		if ok, err := s.Acquire(ctx, pool, o, 1, time.Minute); err != nil || !ok {
-			b.Fatalf("acquire: %v %v", ok, err)
+		o := store.NewOwner()
+		if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: o, Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
+			b.Fatalf("acquire: %v %v", g.Granted, err)
 		}
-		if err := s.Release(ctx, pool, o); err != nil {
+		if _, err := s.Release(ctx, store.Demand{Pool: pool, Owner: o}, false); err != nil {
 			b.Fatal(err)
 		}
 		mid := time.Now()
@@ -125,21 +126,22 @@ func BenchmarkRedisCPUPerPair(b *testing.B) {
 // pairs gives each of g goroutines a pool of its own, of max 1, and returns
 // one goroutine's acquire+release pair as the store's own calls and through
 // the Limiter l.
-func pairs(s *redisstore.Store, l *keycap.Limiter, g int, name string) (store, limiter func(w int) error) {
+func pairs(s *redisstore.Store, l *keycap.Limiter, g int, name string) (direct, limiter func(w int) error) {
 	ctx := context.Background()
-	pools := make([]keycap.PoolID, g)
+	pools := make([]store.PoolID, g)
 	limits := make([]keycap.Limit, g)
 	for i := range pools {
-		pools[i] = keycap.NewPoolID(name, fmt.Sprint(i))
-		limits[i] = keycap.MustLimit(name+"-limiter", fmt.Sprint(i), 1)
+		pools[i] = store.PoolOf(0, name, fmt.Sprint(i))
+		limits[i] = keycap.Spec{Name: name + "-limiter", Max: 1}.For(fmt.Sprint(i))
 	}
-	store = func(w int) error {
-		o := keycap.NewOwner()
-		ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute)
-		if err != nil || !ok {
-			return fmt.Errorf("acquire: %v %v", ok, err)
+	direct = func(w int) error {
+		o := store.NewOwner()
+		g, err := s.Acquire(ctx, store.Demand{Pool: pools[w], Owner: o, Max: 1, TTL: time.Minute})
+		if err != nil || !g.Granted {
+			return fmt.Errorf("acquire: %v %v", g.Granted, err)
 		}
-		return s.Release(ctx, pools[w], o)
+		_, err = s.Release(ctx, store.Demand{Pool: pools[w], Owner: o}, false)
+		return err
 	}
 	limiter = func(w int) error {
 		ls, err := l.Acquire(ctx, limits[w])
@@ -149,5 +151,5 @@ func pairs(s *redisstore.Store, l *keycap.Limiter, g int, name string) (store, l
 		ls.Release()
 		return nil
 	}
-	return store, limiter
+	return direct, limiter
 }

@@ -15,24 +15,24 @@
 //
 //	<prefix>keycap:slots:{<32 hex digits>}
 //
-// where the digits are the pool's hash (keycap.PoolID) and the braces make
+// where the digits are the pool's hash (store.PoolID) and the braces make
 // them a Redis Cluster hash tag, so any key added later for the same pool
 // lands in the same slot. While callers wait, a pool also has a wait line
-// (keycap.Liner): keycap:line:{…} and keycap:lmeta:{…}, updated by the same
+// (store.Lines): keycap:line:{…} and keycap:lmeta:{…}, updated by the same
 // scripts in the same round trip, and its handoffs are published on the
-// sharded channel keycap:wake:{…} (keycap.Notifier; Redis 7 or later, else
+// sharded channel keycap:wake:{…} (store.Notifications; Redis 7 or later, else
 // waiters poll).
 //
-// A pool's digits start with the 8 of its limit name's tag (keycap.Tag),
+// A pool's digits start with the 8 of its limit name's tag (store.Tag),
 // so the keys of a name's pools share a prefix, keycap:slots:{<tag>…, and
-// inspection (keycap.Inspector) finds them with SCAN and its MATCH (which
+// inspection (store.Inspection) finds them with SCAN and its MATCH (which
 // takes in their lines and the parents' keys), on every master of a
 // cluster in turn, never with KEYS: a page costs at most 256 SCANs of at
 // most 250 keys, whatever the size of the keyspace, and the scripts that
 // read what they found touch one pool's slot each. Overrides
-// (keycap.Overrider) are one hash, keycap:overrides:{o}, of pool →
+// (store.Overrides) are one hash, keycap:overrides:{o}, of pool →
 // override, and their version, keycap:overrides:{o}:v, on one slot
-// (OverrideKeys).
+// (overrideNames).
 //
 // Every call is bounded by its context's deadline — the Limiter's decision
 // budget, when it is one — so the client must have ContextTimeoutEnabled: New
@@ -44,7 +44,7 @@
 // once (go-redis alone reloads them on MOVED replies, which a dead master
 // never sends, or after ClusterStateReloadInterval), so decisions resume as
 // soon as a replica has taken over. The store also reports which slot range
-// holds a pool (keycap.Partitioner), so that the Limiter counts an outage of
+// holds a pool (store.Partitions), so that the Limiter counts an outage of
 // one master as one outage.
 package redisstore
 
@@ -59,7 +59,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 var (
@@ -99,8 +99,10 @@ var (
 	shareScript = redis.NewScript(shareLua)
 )
 
-// Store is a keycap.Store on Redis.
+// Store is a keycap store on Redis.
 type Store struct {
+	store.Unsupported // pinned slots: not here
+
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless client is one
 	prefix  string
@@ -112,20 +114,18 @@ type Store struct {
 	queues  queues        // the pipelines of each node's decisions (batch.go)
 }
 
-var (
-	_ keycap.Store  = (*Store)(nil)
-	_ keycap.Marker = (*Store)(nil)
-	_ keycap.Pauser = (*Store)(nil)
-	_ keycap.Pacer  = (*Store)(nil)
-	_ keycap.Syncer = (*Store)(nil)
-	_ keycap.Liner  = (*Store)(nil)
-	_ keycap.Sharer = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
-	_ keycap.AsyncReleaser = (*Store)(nil)
-
-	_ keycap.Notifier    = (*Store)(nil)
-	_ keycap.Partitioner = (*Store)(nil)
-)
+// Features implements store.Store: everything but pinned slots, and
+// partitions (a cluster's slot ranges) on a cluster only.
+func (s *Store) Features() store.Features {
+	f := store.Lines | store.Notifications | store.Shares | store.AsyncRelease | store.Members |
+		store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides
+	if s.cluster != nil {
+		f |= store.Partitions
+	}
+	return f
+}
 
 // An Option configures a Store; the With functions make them, and New
 // checks them.
@@ -150,7 +150,7 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 // admit one more holder than the cap until the lost lease's holder renews
 // (docs/operations.md). With acknowledgements, a grant that fewer than n
 // replicas confirmed in time is undone and reported as a store failure, so
-// the limit's fail mode applies. Grants to waiters (Queue) are acknowledged
+// the limit's fail mode applies. Grants to waiters (an Acquire with a ticket) are acknowledged
 // the same way. It costs the replication latency on every grant
 // (BENCHMARKS.md has the figure), and a release is waited for
 // (ReleaseAsync). n at least 1; timeout positive.
@@ -225,34 +225,34 @@ func (s *Store) failed(err error) {
 // Client returns the client the store uses.
 func (s *Store) Client() redis.UniversalClient { return s.client }
 
-// Key returns the Redis key of pool.
-func (s *Store) Key(pool keycap.PoolID) string {
+// key returns the Redis key of pool.
+func (s *Store) key(pool store.PoolID) string {
 	return s.prefix + "keycap:slots:{" + pool.String() + "}"
 }
 
-// LineKeys returns the Redis keys of pool's wait line: the line (a sorted
+// lineKeys returns the Redis keys of pool's wait line: the line (a sorted
 // set of owner token → arrival number) and its meta (a hash of each
 // ticket's expiry and claim window, the pool's max and the last arrival
 // number). They share the pool's hash tag.
-func (s *Store) LineKeys(pool keycap.PoolID) (line, meta string) {
+func (s *Store) lineKeys(pool store.PoolID) (line, meta string) {
 	keys, _ := s.names(pool)
 	return keys[1], keys[2]
 }
 
-// Channel returns the pub/sub channel on which pool's handoffs are
+// channel returns the pub/sub channel on which pool's handoffs are
 // published (SPUBLISH: sharded on Redis Cluster), each message the owner
 // tokens served, 16 bytes each.
-func (s *Store) Channel(pool keycap.PoolID) string {
+func (s *Store) channel(pool store.PoolID) string {
 	_, channel := s.names(pool)
 	return channel
 }
 
-// names returns the keys of pool's scripts (its slots, as Key, and its
+// names returns the keys of pool's scripts (its slots, as key, and its
 // line's two keys) and its channel, built as the hot calls build them
 // (poolNames, calls.go).
-func (s *Store) names(pool keycap.PoolID) (keys []string, channel string) {
+func (s *Store) names(pool store.PoolID) (keys []string, channel string) {
 	n := new(poolNames)
-	n.fill(s.prefix, pool, keycap.Owner{})
+	n.fill(s.prefix, pool, store.Owner{})
 	return n.keys[:], n.channel
 }
 
@@ -262,10 +262,26 @@ func ms(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// Acquire implements keycap.Store: one EVALSHA (and, with WithReplicaAcks,
-// a WAIT in the same round trip), pipelined with the node's other
-// decisions of the moment (batch.go).
-func (s *Store) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+// Acquire implements store.Store: one EVALSHA (and, with WithReplicaAcks,
+// a WAIT in the same round trip). A plain slot's, with or without a
+// ticket, is pipelined with the node's other decisions of the moment
+// (batch.go); a demand with a weight or a parent runs share.lua or the
+// plain scripts with its weight (share.go).
+func (s *Store) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	switch {
+	case d.Pinned:
+		return store.Grant{}, &store.NotSupportedError{Feature: store.Pinned, Store: "*redisstore.Store"}
+	case !d.Plain():
+		return s.acquireShared(ctx, d)
+	case d.Line.TTL > 0:
+		return s.queue(ctx, d.Pool, d.Owner, d.Max, d.TTL, d.Line)
+	}
+	ok, err := s.acquire(ctx, d.Pool, d.Owner, d.Max, d.TTL)
+	return store.Grant{Granted: ok}, err
+}
+
+// acquire takes owner's plain slot of pool.
+func (s *Store) acquire(ctx context.Context, pool store.PoolID, owner store.Owner, max int, ttl time.Duration) (bool, error) {
 	if s.acks > 0 {
 		return s.acquireAcked(ctx, pool, owner, max, ttl)
 	}
@@ -292,7 +308,7 @@ var ErrNotReplicated = errors.New("redisstore: grant not acknowledged by enough 
 // acquireAcked runs the acquire script and WAIT in one pipeline on the
 // master of the pool's key, so that the answer arrives once the grant is
 // on acks replicas.
-func (s *Store) acquireAcked(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
+func (s *Store) acquireAcked(ctx context.Context, pool store.PoolID, owner store.Owner, max int, ttl time.Duration) (bool, error) {
 	keys, channel := s.names(pool)
 	run, acked, err := s.acked(ctx, acquireScript, keys, owner[:], max, ms(ttl), channel)
 	if err != nil {
@@ -346,14 +362,14 @@ func (s *Store) acked(ctx context.Context, script *redis.Script, keys []string, 
 
 // checkAcked undoes a grant that fewer replicas than WithReplicaAcks
 // acknowledged in time (a queued grant leaves the line too).
-func (s *Store) checkAcked(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, wait *redis.Cmd, queued bool) error {
+func (s *Store) checkAcked(ctx context.Context, pool store.PoolID, owner store.Owner, wait *redis.Cmd, queued bool) error {
 	got, err := wait.Int64()
 	if err == nil && got >= int64(s.acks) {
 		return nil
 	}
-	undo := s.Release
+	undo := s.release
 	if queued {
-		undo = s.Dequeue
+		undo = s.dequeue
 	}
 	_ = undo(context.WithoutCancel(ctx), pool, owner)
 	if err != nil {
@@ -362,12 +378,25 @@ func (s *Store) checkAcked(ctx context.Context, pool keycap.PoolID, owner keycap
 	return fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
 }
 
-// Release implements keycap.Store: a ZREM and an EXISTS of the pool's line
-// in one round trip, and, only when someone waits, a second one: the
-// script that hands the slot to the line (release.lua). Run in order on
-// one connection, the EXISTS sees every ticket taken before the ZREM freed
-// the slot; a caller that queues after it finds the slot free.
-func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+// Release implements store.Store. A plain slot's is a ZREM and an EXISTS
+// of the pool's line in one round trip, and, only when someone waits, a
+// second one: the script that hands the slot to the line (release.lua). Run
+// in order on one connection, the EXISTS sees every ticket taken before the
+// ZREM freed the slot; a caller that queues after it finds the slot free.
+// Leaving the line is one EVALSHA of release.lua; a demand with a weight
+// or a parent is released by share.go.
+func (s *Store) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+	switch {
+	case !d.Plain():
+		return s.releaseShared(ctx, d, leave)
+	case leave:
+		return false, s.dequeue(ctx, d.Pool, d.Owner)
+	}
+	return false, s.release(ctx, d.Pool, d.Owner)
+}
+
+// release frees owner's plain slot of pool.
+func (s *Store) release(ctx context.Context, pool store.PoolID, owner store.Owner) error {
 	c := s.newRelease(pool, owner)
 	err := s.run(ctx, pool, &c.op)
 	if err == nil {
@@ -386,8 +415,8 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 	return nil
 }
 
-// ReleaseAsync implements keycap.AsyncReleaser: Release's commands join the
-// node's next pipeline, and done is called with the outcome once they have
+// ReleaseAsync implements store.Store: a plain slot's release joins the
+// node's next pipeline, and done is called with the outcome once it has
 // their replies (on the node's sender: done must not block). An acquire,
 // release, queue or dequeue of the pool that the store receives after
 // ReleaseAsync returns reaches Redis after the release (it takes the same
@@ -398,13 +427,17 @@ func (s *Store) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 // With WithReplicaAcks, grants go on a connection of their own (the acquire
 // and its WAIT), which no lane's order covers: ReleaseAsync then waits for
 // the release, within budget, and calls done before it returns.
-func (s *Store) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
-	if s.acks > 0 {
+//
+// A demand with a weight or a parent, which no lane carries, is released
+// the same way: waited for.
+func (s *Store) ReleaseAsync(d store.Demand, budget time.Duration, done func(error)) {
+	pool, owner := d.Pool, d.Owner
+	if s.acks > 0 || !d.Plain() {
 		ctx, cancel := context.Background(), noCancel
 		if budget > 0 {
 			ctx, cancel = context.WithTimeout(ctx, budget)
 		}
-		err := s.Release(ctx, pool, owner)
+		_, err := s.Release(ctx, d, false)
 		cancel()
 		done(err)
 		return
@@ -446,9 +479,9 @@ func errOf(cmds ...redis.Cmder) error {
 	return nil
 }
 
-// Queue implements keycap.Liner: one EVALSHA, which grants, or refuses and
-// queues.
-func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
+// queue is acquire for a caller that waits: one EVALSHA, which grants, or
+// refuses and queues.
+func (s *Store) queue(ctx context.Context, pool store.PoolID, owner store.Owner, max int, ttl time.Duration, t store.Ticket) (store.Grant, error) {
 	keys, channel := s.names(pool)
 	args := []any{owner[:], max, ms(ttl), ms(t.TTL), ms(t.Claim), channel}
 	var res []int64
@@ -469,21 +502,21 @@ func (s *Store) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owne
 		}
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("redisstore: queue: %w", err)
+		return store.Grant{}, fmt.Errorf("redisstore: queue: %w", err)
 	}
 	if len(res) != 2 {
-		return false, 0, fmt.Errorf("redisstore: queue: unexpected reply %v", res)
+		return store.Grant{}, fmt.Errorf("redisstore: queue: unexpected reply %v", res)
 	}
 	if res[0] == 1 && wait != nil {
 		if err := s.checkAcked(ctx, pool, owner, wait, true); err != nil {
-			return false, 0, fmt.Errorf("redisstore: queue: %w", err)
+			return store.Grant{}, fmt.Errorf("redisstore: queue: %w", err)
 		}
 	}
-	return res[0] == 1, int(res[1]), nil
+	return store.Grant{Granted: res[0] == 1, Ahead: int(res[1])}, nil
 }
 
-// Dequeue implements keycap.Liner: one EVALSHA.
-func (s *Store) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
+// dequeue takes owner out of pool's line: one EVALSHA.
+func (s *Store) dequeue(ctx context.Context, pool store.PoolID, owner store.Owner) error {
 	keys, channel := s.names(pool)
 	cmd := evalsha(releaseScript, keys, owner[:], 1, channel)
 	err := s.do(ctx, pool, true, cmd)
@@ -497,30 +530,30 @@ func (s *Store) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Ow
 	return nil
 }
 
-// Partition implements keycap.Partitioner: on a cluster, the slot range
+// Partition implements store.Store: on a cluster, the slot range
 // that holds pool ("slots 0-5460"), which stays the same when its master
 // fails over; "" for a single Redis, or while the ranges are not known yet.
-func (s *Store) Partition(pool keycap.PoolID) string {
+func (s *Store) Partition(pool store.PoolID) string {
 	if s.cluster == nil {
 		return ""
 	}
 	return s.slots.of(slotOf(pool))
 }
 
-// Renew implements keycap.Store: one pipeline of EVALSHA, which go-redis
+// Renew implements store.Store: one pipeline of EVALSHA, which go-redis
 // sends as one round trip per node.
-func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
+func (s *Store) Renew(ctx context.Context, batch []store.Renewal) error {
 	return s.pipelined(ctx, len(batch),
 		func(i int) (*redis.Script, []string, []any) {
 			r := &batch[i]
 			switch {
-			case r.Parent != (keycap.PoolID{}):
+			case r.Parent != (store.PoolID{}):
 				keys, lines, channel := s.shareNames(r.Parent)
 				return shareScript, keys, []any{"renew", lines, channel, r.Pool.String(), r.Owner[:], max(r.Weight, 1), ms(r.TTL)}
 			case r.Weight > 1:
-				return renewScript, []string{s.Key(r.Pool)}, []any{r.Owner[:], ms(r.TTL), r.Weight}
+				return renewScript, []string{s.key(r.Pool)}, []any{r.Owner[:], ms(r.TTL), r.Weight}
 			}
-			return renewScript, []string{s.Key(r.Pool)}, []any{r.Owner[:], ms(r.TTL)}
+			return renewScript, []string{s.key(r.Pool)}, []any{r.Owner[:], ms(r.TTL)}
 		},
 		func(i int, n int64, err error) {
 			batch[i].Lost, batch[i].Err = err == nil && n != 1, err
@@ -531,22 +564,22 @@ func (s *Store) Renew(ctx context.Context, batch []keycap.Renewal) error {
 		})
 }
 
-// Sync implements keycap.Syncer: one pipeline, one round trip per node, of
+// Sync implements store.Store: one pipeline, one round trip per node, of
 // sync.lua calls: one per pool on a cluster or a Ring (a script's keys share
 // a slot), one per syncChunk pools on one Redis.
-func (s *Store) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
+func (s *Store) Sync(ctx context.Context, node store.NodeID, ttl time.Duration, batch []store.SyncPool) error {
 	chunk := 1
 	if _, single := s.client.(*redis.Client); single {
 		chunk = syncChunk
 	}
-	part := func(c int) []keycap.SyncPool { return batch[c*chunk : min((c+1)*chunk, len(batch))] }
+	part := func(c int) []store.SyncPool { return batch[c*chunk : min((c+1)*chunk, len(batch))] }
 	return s.pipelinedCmds(ctx, (len(batch)+chunk-1)/chunk,
 		func(c int) (*redis.Script, []string, []any) {
 			pools := part(c)
 			keys := make([]string, len(pools))
 			args := []any{node[:], ms(ttl)}
 			for i := range pools {
-				keys[i] = s.Key(pools[i].Pool)
+				keys[i] = s.key(pools[i].Pool)
 				args = append(args, len(pools[i].Members))
 				for _, m := range pools[i].Members {
 					args = append(args, m[:])
@@ -633,14 +666,14 @@ func (s *Store) pipelinedCmds(ctx context.Context, n int, item func(i int) (*red
 	return ctx.Err()
 }
 
-// MarkKey returns the Redis key of the mark id.
-func (s *Store) MarkKey(id keycap.PoolID) string {
+// markKey returns the Redis key of the mark id.
+func (s *Store) markKey(id store.PoolID) string {
 	return s.prefix + "keycap:mark:{" + id.String() + "}"
 }
 
-// Mark implements keycap.Marker: one EVALSHA.
-func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (time.Duration, bool, error) {
-	age, err := markScript.Run(ctx, s.client, []string{s.MarkKey(id)}, ms(ttl)).Int64()
+// Mark implements store.Store: one EVALSHA.
+func (s *Store) Mark(ctx context.Context, id store.PoolID, ttl time.Duration) (time.Duration, bool, error) {
+	age, err := markScript.Run(ctx, s.client, []string{s.markKey(id)}, ms(ttl)).Int64()
 	if err != nil {
 		s.failed(err)
 		return 0, false, fmt.Errorf("redisstore: mark: %w", err)
@@ -651,15 +684,15 @@ func (s *Store) Mark(ctx context.Context, id keycap.PoolID, ttl time.Duration) (
 	return time.Duration(age) * time.Millisecond, false, nil
 }
 
-// PauseKey returns the Redis key of the pause id.
-func (s *Store) PauseKey(id keycap.PoolID) string {
+// pauseKey returns the Redis key of the pause id.
+func (s *Store) pauseKey(id store.PoolID) string {
 	return s.prefix + "keycap:pause:{" + id.String() + "}"
 }
 
-// Pause implements keycap.Pauser: one EVALSHA. The pause is a key whose TTL
+// Pause implements store.Store: one EVALSHA. The pause is a key whose TTL
 // is what remains of it.
-func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (time.Duration, error) {
-	left, err := pauseScript.Run(ctx, s.client, []string{s.PauseKey(id)}, ms(d)).Int64()
+func (s *Store) Pause(ctx context.Context, id store.PoolID, d time.Duration) (time.Duration, error) {
+	left, err := pauseScript.Run(ctx, s.client, []string{s.pauseKey(id)}, ms(d)).Int64()
 	if err != nil {
 		s.failed(err)
 		return 0, fmt.Errorf("redisstore: pause: %w", err)
@@ -667,9 +700,9 @@ func (s *Store) Pause(ctx context.Context, id keycap.PoolID, d time.Duration) (t
 	return time.Duration(left) * time.Millisecond, nil
 }
 
-// Paused implements keycap.Pauser: one PTTL.
-func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, error) {
-	left, err := s.client.PTTL(ctx, s.PauseKey(id)).Result()
+// Paused implements store.Store: one PTTL.
+func (s *Store) Paused(ctx context.Context, id store.PoolID) (time.Duration, error) {
+	left, err := s.client.PTTL(ctx, s.pauseKey(id)).Result()
 	if err != nil {
 		s.failed(err)
 		return 0, fmt.Errorf("redisstore: paused: %w", err)
@@ -677,19 +710,19 @@ func (s *Store) Paused(ctx context.Context, id keycap.PoolID) (time.Duration, er
 	return max(left, 0), nil // -2: no pause; -1 cannot happen (pauses always expire)
 }
 
-// RateKey returns the key of the pace id, as given to go-redis/redis_rate
+// rateKey returns the key of the pace id, as given to go-redis/redis_rate
 // (which puts "rate:" before it).
-func (s *Store) RateKey(id keycap.PoolID) string {
+func (s *Store) rateKey(id store.PoolID) string {
 	return s.prefix + "keycap:rate:{" + id.String() + "}"
 }
 
-// Pace implements keycap.Pacer with go-redis/redis_rate's GCRA script: one
+// Pace implements store.Store with go-redis/redis_rate's GCRA script: one
 // EVALSHA on one key, by Redis's clock.
-func (s *Store) Pace(ctx context.Context, id keycap.PoolID, rate keycap.Rate) (time.Duration, error) {
+func (s *Store) Pace(ctx context.Context, id store.PoolID, rate store.Rate) (time.Duration, error) {
 	if !rate.Valid() {
-		return 0, &keycap.InvalidLimitError{Field: "rate", Value: fmt.Sprintf("%+v", rate), Reason: "events, period and burst must be positive"}
+		return 0, fmt.Errorf("redisstore: invalid rate %+v: events, period and burst must be positive", rate)
 	}
-	res, err := s.rates.Allow(ctx, s.RateKey(id), redis_rate.Limit{Rate: rate.Events, Period: rate.Period, Burst: rate.Burst})
+	res, err := s.rates.Allow(ctx, s.rateKey(id), redis_rate.Limit{Rate: rate.Events, Period: rate.Period, Burst: rate.Burst})
 	if err != nil {
 		s.failed(err)
 		return 0, fmt.Errorf("redisstore: pace: %w", err)

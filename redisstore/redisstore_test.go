@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/keycap/keycap/internal/storedoc"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 	"github.com/keycap/keycap/storetest"
 )
 
@@ -79,25 +81,25 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			s := newStore(t, c, testenv.Prefix(t, c))
 			ctx := context.Background()
 			// Warm up: load the scripts, open connections.
-			p0, o0 := keycap.NewPoolID("rt", "warm"), keycap.NewOwner()
-			if _, err := s.Acquire(ctx, p0, o0, 1, time.Second); err != nil {
+			p0, o0 := store.PoolOf(0, "rt", "warm"), store.NewOwner()
+			if _, err := s.Acquire(ctx, store.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Renew(ctx, []keycap.Renewal{{Pool: p0, Owner: o0, TTL: time.Second}}); err != nil {
+			if err := s.Renew(ctx, []store.Renewal{{Pool: p0, Owner: o0, TTL: time.Second}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.Queue(ctx, p0, keycap.NewOwner(), 1, time.Second, keycap.Ticket{TTL: time.Second, Claim: time.Second}); err != nil {
+			if _, err := s.Acquire(ctx, store.Demand{Pool: p0, Owner: store.NewOwner(), Max: 1, TTL: time.Second, Line: store.Ticket{TTL: time.Second, Claim: time.Second}}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Release(ctx, p0, o0); err != nil {
+			if _, err := s.Release(ctx, store.Demand{Pool: p0, Owner: o0}, false); err != nil {
 				t.Fatal(err)
 			}
 			// ...and share.lua, on the parent's node.
-			warm := keycap.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second, Weight: 1, Parent: keycap.MustParent("rt", 4).Pool(), ParentMax: 4, Share: 1}
-			if _, _, err := s.AcquireDemand(ctx, warm, nil); err != nil {
+			warm := store.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second, Weight: 1, Parent: store.Parent{Pool: keycap.MustParent("rt", 4).Pool(), Max: 4, Share: 1}}
+			if _, err := s.Acquire(ctx, warm); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.ReleaseDemand(ctx, warm, false); err != nil {
+			if _, err := s.Release(ctx, warm, false); err != nil {
 				t.Fatal(err)
 			}
 			rt := testenv.CountRoundTrips(c)
@@ -111,24 +113,24 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			}
 			measure := func(what string, max int, fn func()) { t.Helper(); measureN(what, max, 1, fn) }
 			for _, max := range []int{1, 5, 20, 100} {
-				p := keycap.NewPoolID("rt", fmt.Sprint(max))
-				owners := make([]keycap.Owner, max)
+				p := store.PoolOf(0, "rt", fmt.Sprint(max))
+				owners := make([]store.Owner, max)
 				for i := range owners {
-					owners[i] = keycap.NewOwner()
+					owners[i] = store.NewOwner()
 					measure("acquire", max, func() {
-						if ok, err := s.Acquire(ctx, p, owners[i], max, time.Minute); !ok || err != nil {
-							t.Fatalf("acquire %d: %v %v", i, ok, err)
+						if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: owners[i], Max: max, TTL: time.Minute}); !g.Granted || err != nil {
+							t.Fatalf("acquire %d: %v %v", i, g.Granted, err)
 						}
 					})
 				}
 				measure("reject", max, func() {
-					if ok, err := s.Acquire(ctx, p, keycap.NewOwner(), max, time.Minute); ok || err != nil {
-						t.Fatalf("reject: %v %v", ok, err)
+					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: max, TTL: time.Minute}); g.Granted || err != nil {
+						t.Fatalf("reject: %v %v", g.Granted, err)
 					}
 				})
-				batch := make([]keycap.Renewal, max)
+				batch := make([]store.Renewal, max)
 				for i := range batch {
-					batch[i] = keycap.Renewal{Pool: p, Owner: owners[i], TTL: time.Minute}
+					batch[i] = store.Renewal{Pool: p, Owner: owners[i], TTL: time.Minute}
 				}
 				measure(fmt.Sprintf("renew of %d leases", max), max, func() {
 					if err := s.Renew(ctx, batch); err != nil {
@@ -137,35 +139,35 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 				})
 				// Waiting: a refusal takes a ticket in the same round trip, a
 				// release hands the slot to it, and the waiter claims it.
-				w, tk := keycap.NewOwner(), keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
+				w, tk := store.NewOwner(), store.Ticket{TTL: time.Minute, Claim: time.Minute}
 				measure("queue (refused: a ticket)", max, func() {
-					if ok, _, err := s.Queue(ctx, p, w, max, time.Minute, tk); ok || err != nil {
-						t.Fatalf("queue: %v %v", ok, err)
+					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: w, Max: max, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+						t.Fatalf("queue: %v %v", g.Granted, err)
 					}
 				})
 				measureN("release (handed to the ticket)", max, 2, func() {
-					if err := s.Release(ctx, p, owners[0]); err != nil {
+					if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: owners[0]}, false); err != nil {
 						t.Fatal(err)
 					}
 				})
 				measure("queue (claims the handoff)", max, func() {
-					if ok, _, err := s.Queue(ctx, p, w, max, time.Minute, tk); !ok || err != nil {
-						t.Fatalf("claim: %v %v", ok, err)
+					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: w, Max: max, TTL: time.Minute, Line: tk}); !g.Granted || err != nil {
+						t.Fatalf("claim: %v %v", g.Granted, err)
 					}
 				})
 				owners[0] = w
-				w2 := keycap.NewOwner()
-				if ok, _, err := s.Queue(ctx, p, w2, max, time.Minute, tk); ok || err != nil {
-					t.Fatalf("queue: %v %v", ok, err)
+				w2 := store.NewOwner()
+				if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: w2, Max: max, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+					t.Fatalf("queue: %v %v", g.Granted, err)
 				}
 				measure("dequeue", max, func() {
-					if err := s.Dequeue(ctx, p, w2); err != nil {
+					if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: w2}, true); err != nil {
 						t.Fatal(err)
 					}
 				})
 				for i := range owners {
 					measure("release", max, func() {
-						if err := s.Release(ctx, p, owners[i]); err != nil {
+						if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: owners[i]}, false); err != nil {
 							t.Fatal(err)
 						}
 					})
@@ -173,43 +175,44 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			}
 			// Weights and parents: every decision one round trip too.
 			parent := keycap.MustParent("rt", 4).Pool()
-			d := func(key string, max, weight int) keycap.Demand {
-				return keycap.Demand{Pool: keycap.NewPoolID("rt-kid", key), Owner: keycap.NewOwner(), Max: max, TTL: time.Minute, Weight: weight,
-					Parent: parent, ParentMax: 4, Share: 1, Keep: time.Minute}
+			d := func(key string, max, weight int) store.Demand {
+				return store.Demand{Pool: store.PoolOf(0, "rt-kid", key), Owner: store.NewOwner(), Max: max, TTL: time.Minute, Weight: weight,
+					Parent: store.Parent{Pool: parent, Max: 4, Share: 1, Keep: time.Minute}}
 			}
-			take := func(what string, dm keycap.Demand, tk *keycap.Ticket, want bool) {
+			take := func(what string, dm store.Demand, want bool) {
 				t.Helper()
 				measure(what, dm.Max, func() {
-					if ok, _, err := s.AcquireDemand(ctx, dm, tk); ok != want || err != nil {
-						t.Fatalf("%s: %v %v", what, ok, err)
+					if g, err := s.Acquire(ctx, dm); g.Granted != want || err != nil {
+						t.Fatalf("%s: %v %v", what, g.Granted, err)
 					}
 				})
 			}
-			give := func(what string, dm keycap.Demand) {
+			give := func(what string, dm store.Demand) {
 				t.Helper()
 				measure(what, dm.Max, func() {
-					if _, err := s.ReleaseDemand(ctx, dm, false); err != nil {
+					if _, err := s.Release(ctx, dm, false); err != nil {
 						t.Fatal(err)
 					}
 				})
 			}
-			weighted := keycap.Demand{Pool: keycap.NewPoolID("rt", "weighted"), Owner: keycap.NewOwner(), Max: 4, TTL: time.Minute, Weight: 3}
-			take("weighted acquire", weighted, nil, true)
+			weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Weight: 3}
+			take("weighted acquire", weighted, true)
 			measure("weighted renewal", 4, func() {
-				if err := s.Renew(ctx, []keycap.Renewal{{Pool: weighted.Pool, Owner: weighted.Owner, TTL: time.Minute, Weight: 3}}); err != nil {
+				if err := s.Renew(ctx, []store.Renewal{{Pool: weighted.Pool, Owner: weighted.Owner, TTL: time.Minute, Weight: 3}}); err != nil {
 					t.Fatal(err)
 				}
 			})
 			give("weighted release", weighted)
 			heavy, light := d("heavy", 4, 3), d("light", 4, 1)
-			take("acquire with a parent", heavy, nil, true)
-			take("acquire with a parent", light, nil, true)
+			take("acquire with a parent", heavy, true)
+			take("acquire with a parent", light, true)
 			waiter := d("heavy", 4, 1)
-			take("refusal with a parent (a ticket)", waiter, &keycap.Ticket{TTL: time.Minute, Claim: time.Minute}, false)
+			waiter.Line = store.Ticket{TTL: time.Minute, Claim: time.Minute}
+			take("refusal with a parent (a ticket)", waiter, false)
 			give("release with a parent (kept for its key)", light)
-			take("the key's next caller takes the kept slot", d("light", 4, 1), nil, true)
+			take("the key's next caller takes the kept slot", d("light", 4, 1), true)
 			measure("renewal with a parent", 4, func() {
-				if err := s.Renew(ctx, []keycap.Renewal{{Pool: heavy.Pool, Owner: heavy.Owner, TTL: time.Minute, Weight: 3, Parent: parent}}); err != nil {
+				if err := s.Renew(ctx, []store.Renewal{{Pool: heavy.Pool, Owner: heavy.Owner, TTL: time.Minute, Weight: 3, Parent: parent}}); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -225,17 +228,17 @@ func TestScriptCacheFlushed(t *testing.T) {
 	c := testenv.Redis(t)
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
-	p, o := keycap.NewPoolID("flush", "k"), keycap.NewOwner()
+	p, o := store.PoolOf(0, "flush", "k"), store.NewOwner()
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Acquire(ctx, p, o, 1, time.Minute); !ok || err != nil {
-		t.Fatalf("acquire after flush: %v %v", ok, err)
+	if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+		t.Fatalf("acquire after flush: %v %v", g.Granted, err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	batch := []keycap.Renewal{{Pool: p, Owner: o, TTL: time.Minute}}
+	batch := []store.Renewal{{Pool: p, Owner: o, TTL: time.Minute}}
 	if err := s.Renew(ctx, batch); err != nil || batch[0].Err != nil || batch[0].Lost {
 		t.Fatalf("renew after flush: %v %+v", err, batch[0])
 	}
@@ -247,15 +250,15 @@ func TestIdlePoolLeavesNoKey(t *testing.T) {
 	c := testenv.Redis(t)
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
-	p, o := keycap.NewPoolID("idle", "k"), keycap.NewOwner()
-	if _, err := s.Acquire(ctx, p, o, 3, 5*time.Second); err != nil {
+	p, o := store.PoolOf(0, "idle", "k"), store.NewOwner()
+	if _, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 3, TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	pttl, err := c.PTTL(ctx, s.Key(p)).Result()
 	if err != nil || pttl <= 0 || pttl > 5*time.Second {
 		t.Fatalf("PTTL = %v, %v: want the lease's TTL", pttl, err)
 	}
-	if err := s.Release(ctx, p, o); err != nil {
+	if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: o}, false); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
@@ -263,11 +266,11 @@ func TestIdlePoolLeavesNoKey(t *testing.T) {
 	}
 	// A node's heartbeat that finds none of its members left (a user's
 	// connections all gone) deletes the key too.
-	node := keycap.NewNodeID("n")
-	if _, err := s.Acquire(ctx, p, keycap.NodeOwner(node, "c1"), 3, time.Minute); err != nil {
+	node := store.NodeOf("n")
+	if _, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.MemberOf(node, "c1"), Max: 3, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Sync(ctx, node, time.Minute, []keycap.SyncPool{{Pool: p}}); err != nil {
+	if err := s.Sync(ctx, node, time.Minute, []store.SyncPool{{Pool: p}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
@@ -275,10 +278,84 @@ func TestIdlePoolLeavesNoKey(t *testing.T) {
 	}
 }
 
-// TestDocsListThisStore: every keycap interface redisstore implements lists
-// it in its doc, and none lists it that it does not implement.
+// TestDocsListThisStore: every store feature redisstore declares lists it
+// in its doc, and none lists it that it does not declare. A store on a
+// cluster declares them all (Partitions only there: TestFeatures).
 func TestDocsListThisStore(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}) // never answers
 	defer c.Close()
 	storedoc.Check(t, "redisstore", newStore(t, c, ""))
+}
+
+// TestFeatures: redisstore declares every feature but Pinned, Partitions
+// only on a cluster (whose slot ranges fail alone), and refuses a pinned
+// demand with ErrNotSupported, before any call to Redis.
+func TestFeatures(t *testing.T) {
+	const all = store.Lines | store.Notifications | store.Shares | store.AsyncRelease | store.Members |
+		store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides
+	nowhere := []string{"127.0.0.1:1"} // never answers: a call to Redis fails with a dial error
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   store.Features
+	}{
+		{"redis", redis.NewClient(&redis.Options{Addr: nowhere[0], ContextTimeoutEnabled: true}), all},
+		{"sentinel", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: nowhere, ContextTimeoutEnabled: true}), all},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": nowhere[0]}, ContextTimeoutEnabled: true}), all},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: nowhere, ContextTimeoutEnabled: true}), all | store.Partitions},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer tc.client.Close()
+			s := newStore(t, tc.client, "")
+			f := s.Features()
+			if f != tc.want {
+				t.Errorf("Features() = %s, want %s", f, tc.want)
+			}
+			if f.Has(store.Pinned) {
+				t.Error("redisstore declares Pinned")
+			}
+			if got, want := f.Has(store.Partitions), tc.name == "cluster"; got != want {
+				t.Errorf("Features().Has(Partitions) = %v, want %v", got, want)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			pool := store.PoolOf(0, "pinned", tc.name)
+			for _, d := range []store.Demand{
+				{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Pinned: true},
+				{Pool: pool, Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Weight: 2, Pinned: true},
+				{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Minute, Claim: time.Minute}, Pinned: true},
+			} {
+				g, err := s.Acquire(ctx, d)
+				if !errors.Is(err, store.ErrNotSupported) || !errors.Is(err, keycap.ErrNotSupported) || g.Granted {
+					t.Fatalf("Acquire of a pinned demand (weight %d, line %v) = %+v, %v; want an error matching ErrNotSupported", d.Weight, d.Line, g, err)
+				}
+				var nse *store.NotSupportedError
+				if !errors.As(err, &nse) || nse.Feature != store.Pinned {
+					t.Fatalf("Acquire of a pinned demand: %v (%T), want a *store.NotSupportedError for Pinned", err, err)
+				}
+			}
+		})
+	}
+}
+
+// TestPinnedTakesNoSlot: a pinned demand, refused, makes no round trip and
+// leaves its pool as it was.
+func TestPinnedTakesNoSlot(t *testing.T) {
+	c := testenv.Redis(t)
+	s := newStore(t, c, testenv.Prefix(t, c))
+	ctx := context.Background()
+	p := store.PoolOf(0, "pinned", "k")
+	rt := testenv.CountRoundTrips(c)
+	if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Pinned: true}); g.Granted || !errors.Is(err, store.ErrNotSupported) {
+		t.Fatalf("Acquire of a pinned demand = %+v, %v; want ErrNotSupported", g, err)
+	}
+	if n := rt.Load(); n != 0 {
+		t.Fatalf("the refused pinned demand made %d round trips, want 0", n)
+	}
+	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
+		t.Fatalf("the refused pinned demand left a key: %d %v", n, err)
+	}
+	if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+		t.Fatalf("Acquire after the refused pinned demand = %+v, %v; want the pool's one slot", g, err)
+	}
 }

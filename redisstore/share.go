@@ -7,21 +7,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-// ShareKeys returns the Redis keys of parent's pools (keycap.Parent): the
+// shareKeys returns the Redis keys of parent's pools (keycap.Parent): the
 // leases of every key of the parent, the meta that counts them per key,
 // the set of keys that have a line, and the prefix of each key's line
 // (followed by the key's pool in hex; its tickets are that name with
 // ":t"). They all share the parent's hash tag, so that one script decides
 // for the parent and its keys on one Redis Cluster slot.
-func (s *Store) ShareKeys(parent keycap.PoolID) (leases, meta, waiting, lines string) {
+func (s *Store) shareKeys(parent store.PoolID) (leases, meta, waiting, lines string) {
 	keys, lines, _ := s.shareNames(parent)
 	return keys[0], keys[1], keys[2], lines
 }
 
-func (s *Store) shareNames(parent keycap.PoolID) (keys []string, lines, channel string) {
+func (s *Store) shareNames(parent store.PoolID) (keys []string, lines, channel string) {
 	h := parent.String()
 	p := s.prefix + "keycap:"
 	return []string{p + "share:{" + h + "}", p + "shmeta:{" + h + "}", p + "shwait:{" + h + "}"}, p + "shline:{" + h + "}:", p + "wake:{" + h + "}"
@@ -29,7 +29,7 @@ func (s *Store) shareNames(parent keycap.PoolID) (keys []string, lines, channel 
 
 // members returns the sorted-set members of owner's lease of weight w in
 // a pool without a parent: the owner token, then owner#1 to owner#(w-1).
-func members(owner keycap.Owner, w int) []any {
+func members(owner store.Owner, w int) []any {
 	m := make([]any, w)
 	m[0] = owner[:]
 	for i := 1; i < w; i++ {
@@ -38,11 +38,15 @@ func members(owner keycap.Owner, w int) []any {
 	return m
 }
 
-// AcquireDemand implements keycap.Sharer: one EVALSHA (and, with
-// WithReplicaAcks, a WAIT in the same round trip). A demand without a
-// parent runs the plain pool's acquire or queue script with its weight; one
-// with a parent runs share.lua on the parent's keys.
-func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
+// acquireShared is Acquire for a demand with a weight or a parent: one
+// EVALSHA (and, with WithReplicaAcks, a WAIT in the same round trip). A
+// demand without a parent runs the plain pool's acquire or queue script
+// with its weight; one with a parent runs share.lua on the parent's keys.
+func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant, error) {
+	var t *store.Ticket
+	if d.Line.TTL > 0 {
+		t = &d.Line
+	}
 	var script *redis.Script
 	var keys []string
 	var args []any
@@ -50,13 +54,13 @@ func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ti
 	switch {
 	case d.HasParent():
 		var lines, channel string
-		keys, lines, channel = s.shareNames(d.Parent)
+		keys, lines, channel = s.shareNames(d.Parent.Pool)
 		var tttl, claim int64
 		if t != nil {
 			tttl, claim = ms(t.TTL), ms(t.Claim)
 		}
 		script = shareScript
-		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.ParentMax, max(d.Share, 1), d.Min, tttl, claim}
+		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.Parent.Max, max(d.Parent.Share, 1), d.Parent.Min, tttl, claim}
 	case t != nil:
 		var channel string
 		keys, channel = s.names(d.Pool)
@@ -80,53 +84,53 @@ func (s *Store) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ti
 		}
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("redisstore: acquire: %w", err)
+		return store.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	var granted bool
 	var ahead int
 	if script == acquireScript {
 		n, err := reply.Int()
 		if err != nil {
-			return false, 0, fmt.Errorf("redisstore: acquire: %w", err)
+			return store.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
 		}
 		granted = n == 1
 	} else {
 		res, err := reply.Int64Slice()
 		if err != nil || len(res) != 2 {
-			return false, 0, fmt.Errorf("redisstore: acquire: unexpected reply %v (%v)", res, err)
+			return store.Grant{}, fmt.Errorf("redisstore: acquire: unexpected reply %v (%v)", res, err)
 		}
 		granted, ahead = res[0] == 1, int(res[1])
 	}
 	if granted && wait != nil {
 		got, werr := wait.Int64()
 		if werr != nil || got < int64(s.acks) {
-			_, _ = s.ReleaseDemand(context.WithoutCancel(ctx), d, t != nil)
+			_, _ = s.releaseShared(context.WithoutCancel(ctx), d, t != nil)
 			if werr != nil {
-				return false, 0, fmt.Errorf("redisstore: acquire: WAIT: %w", werr)
+				return store.Grant{}, fmt.Errorf("redisstore: acquire: WAIT: %w", werr)
 			}
-			return false, 0, fmt.Errorf("redisstore: acquire: %w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
+			return store.Grant{}, fmt.Errorf("redisstore: acquire: %w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
 		}
 	}
-	return granted, ahead, nil
+	return store.Grant{Granted: granted, Ahead: ahead}, nil
 }
 
-// ReleaseDemand implements keycap.Sharer: for a demand without a parent,
-// as Release (or Dequeue) does with the lease's members; with a parent, one
-// EVALSHA of share.lua.
-func (s *Store) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) (bool, error) {
+// releaseShared is Release for a demand with a weight or a parent: without
+// a parent, as a plain release (or leaving the line) with the lease's
+// members; with a parent, one EVALSHA of share.lua.
+func (s *Store) releaseShared(ctx context.Context, d store.Demand, dequeue bool) (bool, error) {
 	w := max(d.Weight, 1)
 	var err error
 	kept := false
 	switch {
 	case d.HasParent():
-		keys, lines, channel := s.shareNames(d.Parent)
+		keys, lines, channel := s.shareNames(d.Parent.Pool)
 		leave := 0
 		if dequeue {
 			leave = 1
 		}
 		var res []int64
 		res, err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave,
-			ms(d.Keep), max(d.Share, 1), d.Min).Int64Slice()
+			ms(d.Parent.Keep), max(d.Parent.Share, 1), d.Parent.Min).Int64Slice()
 		kept = err == nil && len(res) == 2 && res[1] == 1
 	case dequeue:
 		keys, channel := s.names(d.Pool)

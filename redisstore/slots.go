@@ -11,12 +11,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // slotOf returns the Redis Cluster hash slot of every key of pool: the
 // CRC16 of its hash tag, the pool's 32 hex digits.
-func slotOf(pool keycap.PoolID) int {
+func slotOf(pool store.PoolID) int {
 	var tag [32]byte
 	const hex = "0123456789abcdef"
 	for i, b := range pool {

@@ -70,7 +70,7 @@ func benchJobs(b *testing.B, store string, work time.Duration) {
 		return c
 	}
 	var jobs *joblimit.Limiter
-	rule := joblimit.MustRule("bench", 10_000)
+	rule := joblimit.MustRule("bench", keycap.Spec{Max: 10_000})
 	switch store {
 	case "redis":
 		jobs = newJobsTB(b, prefix)
@@ -80,7 +80,7 @@ func benchJobs(b *testing.B, store string, work time.Duration) {
 		jobs = memJobs(b, keycap.WithInspection(keycap.InspectOptions{}), keycap.WithOverrides(time.Second))
 	case "memstore-shadow":
 		jobs = memJobs(b)
-		rule = joblimit.MustRule("bench", 10_000, joblimit.WithShadow())
+		rule = joblimit.MustRule("bench", keycap.Spec{Max: 10_000, Shadow: true})
 	}
 	room := riverlimit.Middleware(jobs, func(*rivertype.JobRow) (joblimit.Rule, bool) {
 		return rule, true

@@ -77,7 +77,7 @@ func Example() {
 				if job.Kind != "export" || json.Unmarshal(job.EncodedArgs, &args) != nil {
 					return joblimit.Rule{}, false // not limited
 				}
-				return joblimit.MustRule("customer:"+args.Customer, 2), true
+				return joblimit.MustRule("customer:"+args.Customer, keycap.Spec{Max: 2}), true
 			}, riverlimit.WithJobTimeout(10*time.Minute)), // the slot TTL follows the job timeout
 		},
 	})
@@ -118,7 +118,7 @@ func ExampleLimit() {
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &CalendarWorker{
-		outlook: riverlimit.Limit(jobs, joblimit.MustRule("outlook", 4,
+		outlook: riverlimit.Limit(jobs, joblimit.MustRule("outlook", keycap.Spec{Max: 4},
 			joblimit.WithReleaseAfter(30*time.Second))), // a refused job returns in 30 to 45 s (jitter)
 	})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -189,7 +189,7 @@ func ExampleRespectPauses() {
 			// before it takes a slot.
 			riverlimit.RespectPauses(pauses, vendor),
 			riverlimit.Middleware(jobs, func(job *rivertype.JobRow) (joblimit.Rule, bool) {
-				return joblimit.MustRule("vendor", 8), job.Kind == "sync_contacts" // 8 calls at once in all
+				return joblimit.MustRule("vendor", keycap.Spec{Max: 8}), job.Kind == "sync_contacts" // 8 calls at once in all
 			}),
 		},
 	})
@@ -209,8 +209,8 @@ func ExamplePaceJobs() {
 	var pool *pgxpool.Pool      // as in Example
 
 	// 100 jobs a minute, in bursts of at most 10, shared by every worker.
-	pauses, err := pause.New(limiter, pause.WithRate(func(api string) (keycap.Rate, bool) {
-		return keycap.Rate{Events: 100, Period: time.Minute, Burst: 10}, api == "api.vendor.com"
+	pauses, err := pause.New(limiter, pause.WithRate(func(api string) (pause.Rate, bool) {
+		return pause.Rate{Events: 100, Period: time.Minute, Burst: 10}, api == "api.vendor.com"
 	}))
 	if err != nil {
 		log.Fatal(err)
@@ -255,14 +255,14 @@ func ExampleMiddleware_parent() {
 		if job.Kind != "export" || json.Unmarshal(job.EncodedArgs, &a) != nil {
 			return joblimit.Rule{}, false
 		}
-		opts := []joblimit.Option{joblimit.WithParent(exports)}
+		spec := keycap.Spec{Max: 10, Parent: exports}
 		if a.Enterprise {
-			opts = append(opts, joblimit.WithShare(2))
+			spec.Share = 2
 		}
 		if a.Full {
-			opts = append(opts, joblimit.WithWeight(3))
+			spec.Weight = 3
 		}
-		return joblimit.MustRule("customer:"+a.Customer, 10, opts...), true
+		return joblimit.MustRule("customer:"+a.Customer, spec), true
 	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &ExportWorker{})

@@ -105,10 +105,10 @@ func TestParentSharesRiverFairly(t *testing.T) {
 	t.Parallel()
 	parent := keycap.MustParent(fmt.Sprintf("river-fair-%d", time.Now().UnixNano()), 4)
 	fair := finishTimes(t, func(customer int) joblimit.Rule {
-		return joblimit.MustRule(fmt.Sprint("customer:", customer), 4, joblimit.WithParent(parent), joblimit.WithWaitInPlace(0))
+		return joblimit.MustRule(fmt.Sprint("customer:", customer), keycap.Spec{Max: 4, Parent: parent}, joblimit.WithWaitInPlace(0))
 	})
 	line := finishTimes(t, func(int) joblimit.Rule {
-		return joblimit.MustRule("all", 4, joblimit.WithWaitInPlace(0))
+		return joblimit.MustRule("all", keycap.Spec{Max: 4}, joblimit.WithWaitInPlace(0))
 	})
 	jobtest.CheckLightBeforeFlood(t, fair, line)
 }

@@ -66,7 +66,7 @@ func makespan(tb testing.TB, store string, n, keys int, opts ...joblimit.Option)
 	mw := riverlimit.Middleware(jobs, func(job *rivertype.JobRow) (joblimit.Rule, bool) {
 		var a keyedArgs
 		_ = json.Unmarshal(job.EncodedArgs, &a)
-		return joblimit.MustRule(fmt.Sprint("customer:", a.Key), jobtest.Limit, opts...), true
+		return joblimit.MustRule(fmt.Sprint("customer:", a.Key), keycap.Spec{Max: jobtest.Limit}, opts...), true
 	})
 	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema: schema, Workers: w, Middleware: []rivertype.Middleware{mw},

@@ -122,7 +122,7 @@ func keyRule(job *rivertype.JobRow) (joblimit.Rule, bool) {
 	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 		return joblimit.Rule{}, false
 	}
-	return joblimit.MustRule(fmt.Sprint("key:", args.Key), 2,
+	return joblimit.MustRule(fmt.Sprint("key:", args.Key), keycap.Spec{Max: 2},
 		joblimit.WithReleaseAfter(30*time.Millisecond), joblimit.WithJitter(30*time.Millisecond)), true
 }
 
@@ -141,7 +141,7 @@ func TestTwoClients(t *testing.T) {
 		if mode == "parked" {
 			rule = func(job *rivertype.JobRow) (joblimit.Rule, bool) {
 				r, ok := keyRule(job)
-				return joblimit.MustRule(r.Key(), r.Max(), joblimit.WithWaitInPlace(0),
+				return joblimit.MustRule(r.Key(), keycap.Spec{Max: r.Max()}, joblimit.WithWaitInPlace(0),
 					joblimit.WithParkFor(15*time.Second)), ok // a lost wake-up shows in seconds
 			}
 		}
@@ -271,7 +271,7 @@ func twoClients(t *testing.T, rule func(*rivertype.JobRow) (joblimit.Rule, bool)
 // the middleware called directly) is an error that says so, not a drop.
 func TestCannotSnoozeOutsideRiver(t *testing.T) {
 	t.Parallel()
-	mw := riverlimit.Limit(newJobs(t, testenv.Prefix(t, testenv.Redis(t))), joblimit.MustRule("k", 0))
+	mw := riverlimit.Limit(newJobs(t, testenv.Prefix(t, testenv.Redis(t))), joblimit.MustRule("k", keycap.Spec{Max: 0}))
 	ran := false
 	err := mw.Work(context.Background(), &rivertype.JobRow{ID: 7, Kind: "keyed"}, func(context.Context) error { ran = true; return nil })
 	var snooze *river.JobSnoozeError

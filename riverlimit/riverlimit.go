@@ -66,7 +66,7 @@ type Option struct{ apply func(*middleware) }
 // WithJobTimeout tells the middleware the client's JobTimeout (River's
 // default: river.JobTimeoutDefault), from which a rule's default slot TTL
 // follows. A worker that overrides Timeout should set its rules' TTL itself
-// (joblimit.WithTTL).
+// (the TTL of the rule's keycap.Spec).
 func WithJobTimeout(d time.Duration) Option { return Option{func(m *middleware) { m.timeout = d }} }
 
 // Retrier is the part of a River client that wakes a parked job: a

@@ -11,14 +11,15 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
+	"github.com/keycap/keycap/store"
 )
 
-// testConnCaps checks connection caps (conncap on a keycap.Syncer store)
-// across nodes: every node is a Limiter of its own, on a client of its own,
-// as separate servers are.
+// testConnCaps checks connection caps (conncap on a store with
+// store.Members) across nodes: every node is a Limiter of its own, on a
+// client of its own, as separate servers are.
 func testConnCaps(t *testing.T, ns Namespace) {
-	if _, ok := ns(t)().(keycap.Syncer); !ok {
-		t.Skip("the store does not implement keycap.Syncer")
+	if !ns(t)().Features().Has(store.Members) {
+		t.Skip("the store keeps no members (store.Members)")
 	}
 	for _, tc := range []struct {
 		name string
@@ -126,7 +127,7 @@ func testConnExact(t *testing.T, open func() keycap.Store) {
 // within the TTL; one that keeps heart-beating keeps them past it.
 func testConnDeadNode(t *testing.T, open func() keycap.Store) {
 	const beat, ttl = 200 * time.Millisecond, 1500 * time.Millisecond
-	opts := []conncap.Option{conncap.WithDefaultCap(2), conncap.WithTTL(ttl)}
+	opts := []conncap.Option{conncap.WithDefaultCap(2), conncap.WithSpec(keycap.Spec{TTL: ttl})}
 	alive := connNode(t, open(), beat, opts...)
 	other := connNode(t, open(), beat, opts...)
 	dyingLimiter, err := keycap.NewLimiter(open(), keycap.WithHeartbeat(beat), keycap.WithDecisionBudget(10*time.Second))
@@ -165,35 +166,40 @@ func testConnDeadNode(t *testing.T, open func() keycap.Store) {
 }
 
 // lossy drops releases on the floor, as a release that never reached the
-// store would.
+// store would: both ways of releasing, since it forwards everything else,
+// the inner store's Features (AsyncRelease among them) included.
 type lossy struct {
 	keycap.Store
 	drop atomic.Bool
 }
 
-func (l *lossy) Release(ctx context.Context, p keycap.PoolID, o keycap.Owner) error {
+func (l *lossy) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
 	if l.drop.Load() {
-		return nil
+		return false, nil
 	}
-	return l.Store.Release(ctx, p, o)
+	return l.Store.Release(ctx, d, leave)
 }
 
-func (l *lossy) Sync(ctx context.Context, n keycap.NodeID, ttl time.Duration, b []keycap.SyncPool) error {
-	return l.Store.(keycap.Syncer).Sync(ctx, n, ttl, b)
+func (l *lossy) ReleaseAsync(d store.Demand, budget time.Duration, done func(error)) {
+	if l.drop.Load() {
+		done(nil)
+		return
+	}
+	l.Store.ReleaseAsync(d, budget, done)
 }
 
 // testConnGhost: a release that never reached the store holds a slot until
 // the node's next heartbeat, not longer; and a user whose connections all
 // left holds nothing.
 func testConnGhost(t *testing.T, open func() keycap.Store) {
-	store := &lossy{Store: open()}
-	c, ev := connNodeObserved(t, store, time.Hour, conncap.WithDefaultCap(1), conncap.WithTTL(2*time.Hour))
+	st := &lossy{Store: open()}
+	c, ev := connNodeObserved(t, st, time.Hour, conncap.WithDefaultCap(1), conncap.WithSpec(keycap.Spec{TTL: 2 * time.Hour}))
 	if err := admit(t, c, "alice", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	store.drop.Store(true)
+	st.drop.Store(true)
 	c.Leave("app", "s1") // lost on the way
-	store.drop.Store(false)
+	st.drop.Store(false)
 	if err := admit(t, c, "alice", "s2"); !errors.Is(err, conncap.ErrOverCap) {
 		t.Fatalf("the ghost should hold the slot until the heartbeat: %v", err)
 	}
@@ -210,7 +216,7 @@ func testConnGhost(t *testing.T, open func() keycap.Store) {
 	if err := c.Heartbeat(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if n := held(t, store.Store, keycap.PoolIDOf(keycap.FamilyConn, "app", "alice"), 10); n != 0 {
+	if n := held(t, st.Store, store.PoolOf(byte(keycap.FamilyConn), "app", "alice"), 10); n != 0 {
 		t.Fatalf("a user with no connections holds %d slots", n)
 	}
 }

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-// testInspect runs the inspection tests on a keycap.Inspector.
+// testInspect runs the inspection tests on a store with store.Inspection.
 func testInspect(t *testing.T, ns Namespace) {
-	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Inspector); return ok },
-		"the store cannot be inspected (keycap.Inspector)", []namedTest{
+	runGroup(t, ns, store.Inspection,
+		"the store cannot be inspected (store.Inspection)", []namedTest{
 			{"PoolsOfANameWithTheirHolders", testInspectPools},
 			{"PagesCoverEveryPoolOnce", testInspectPaging},
 			{"ShowsTheWaitLine", testInspectLine},
@@ -23,13 +24,11 @@ func testInspect(t *testing.T, ns Namespace) {
 		})
 }
 
-func inspector(s keycap.Store) keycap.Inspector { return s.(keycap.Inspector) }
-
 // allPools reads every page of tag, at most pages of them.
-func allPools(t *testing.T, s keycap.Store, tag keycap.Tag, limit int) ([]keycap.PoolState, int) {
+func allPools(t *testing.T, s keycap.Store, tag store.Tag, limit int) ([]store.PoolState, int) {
 	t.Helper()
-	return pageAll(t, func(cursor string) ([]keycap.PoolState, string, error) {
-		page, err := inspector(s).InspectPools(ctx(t), keycap.PageQuery{Tag: tag, Cursor: cursor, Limit: limit})
+	return pageAll(t, func(cursor string) ([]store.PoolState, string, error) {
+		page, err := s.InspectPools(ctx(t), store.PageQuery{Tag: tag, Cursor: cursor, Limit: limit})
 		if err == nil && limit > 0 && len(page.Pools) > limit {
 			err = fmt.Errorf("a page of %d pools, asked for at most %d", len(page.Pools), limit)
 		}
@@ -59,8 +58,8 @@ func pageAll[T any](t *testing.T, next func(cursor string) ([]T, string, error))
 	}
 }
 
-func byPool(ps []keycap.PoolState) map[keycap.PoolID]keycap.PoolState {
-	m := map[keycap.PoolID]keycap.PoolState{}
+func byPool(ps []store.PoolState) map[store.PoolID]store.PoolState {
+	m := map[store.PoolID]store.PoolState{}
 	for _, p := range ps {
 		m[p.Pool] = p
 	}
@@ -72,23 +71,23 @@ func byPool(ps []keycap.PoolState) map[keycap.PoolID]keycap.PoolState {
 func testInspectPools(t *testing.T, open func() keycap.Store) {
 	a, b := open(), open()
 	name := "storetest-inspect"
-	id := func(key string) keycap.PoolID { return keycap.NewPoolID(name, key) }
-	owners := map[keycap.PoolID][]keycap.Owner{}
+	id := func(key string) store.PoolID { return appPool(name, key) }
+	owners := map[store.PoolID][]store.Owner{}
 	for i, key := range []string{"k0", "k1", "k2"} {
 		for range i + 1 {
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			mustAcquire(t, []keycap.Store{a, b}[i%2], id(key), o, 5, time.Minute, true)
 			owners[id(key)] = append(owners[id(key)], o)
 		}
 	}
-	gone := keycap.NewOwner()
+	gone := store.NewOwner()
 	mustAcquire(t, a, id("gone"), gone, 5, time.Minute, true)
 	mustRelease(t, a, id("gone"), gone)
-	mustAcquire(t, a, id("lapsed"), keycap.NewOwner(), 5, 50*time.Millisecond, true)
-	mustAcquire(t, a, keycap.NewPoolID("storetest-other", "k0"), keycap.NewOwner(), 5, time.Minute, true)
+	mustAcquire(t, a, id("lapsed"), store.NewOwner(), 5, 50*time.Millisecond, true)
+	mustAcquire(t, a, appPool("storetest-other", "k0"), store.NewOwner(), 5, time.Minute, true)
 	time.Sleep(100 * time.Millisecond) // the lapsed lease's TTL, on the store's clock
 
-	pools, _ := allPools(t, b, keycap.TagOf(keycap.FamilyApp, name), 0)
+	pools, _ := allPools(t, b, store.TagOf(byte(keycap.FamilyApp), name), 0)
 	got := byPool(pools)
 	if len(got) != 3 || len(pools) != 3 {
 		t.Fatalf("%d pools (%d distinct), want the 3 with leases: %+v", len(pools), len(got), pools)
@@ -98,7 +97,7 @@ func testInspectPools(t *testing.T, open func() keycap.Store) {
 		if !ok {
 			t.Fatalf("pool %s missing", p)
 		}
-		var have []keycap.Owner
+		var have []store.Owner
 		for _, h := range st.Holders {
 			have = append(have, h.Owner)
 			if h.Expires <= 0 || h.Expires > time.Minute {
@@ -112,26 +111,26 @@ func testInspectPools(t *testing.T, open func() keycap.Store) {
 			t.Fatalf("pool %s holders %v (held %d), want %v", p, have, st.Held(), want)
 		}
 	}
-	if s, ok := a.(keycap.Sharer); ok {
-		d := keycap.Demand{Pool: id("heavy"), Owner: keycap.NewOwner(), Max: 5, TTL: time.Minute, Weight: 3}
-		if ok, _, err := s.AcquireDemand(ctx(t), d, nil); err != nil || !ok {
-			t.Fatalf("AcquireDemand of weight 3: %v, %v", ok, err)
+	if a.Features().Has(store.Shares) {
+		d := store.Demand{Pool: id("heavy"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: 3}
+		if g, err := a.Acquire(ctx(t), d); err != nil || !g.Granted {
+			t.Fatalf("Acquire of weight 3: %v, %v", g.Granted, err)
 		}
-		st := byPool(mustPools(t, b, keycap.TagOf(keycap.FamilyApp, name)))[id("heavy")]
+		st := byPool(mustPools(t, b, store.TagOf(byte(keycap.FamilyApp), name)))[id("heavy")]
 		if len(st.Holders) != 1 || st.Holders[0].Weight != 3 || st.Held() != 3 {
 			t.Fatalf("weighted pool: %+v, want one holder of weight 3", st)
 		}
 	}
 }
 
-func mustPools(t *testing.T, s keycap.Store, tag keycap.Tag) []keycap.PoolState {
+func mustPools(t *testing.T, s keycap.Store, tag store.Tag) []store.PoolState {
 	t.Helper()
 	ps, _ := allPools(t, s, tag, 0)
 	return ps
 }
 
-func sameOwners(a, b []keycap.Owner) bool {
-	cmp := func(x, y keycap.Owner) int { return slices.Compare(x[:], y[:]) }
+func sameOwners(a, b []store.Owner) bool {
+	cmp := func(x, y store.Owner) int { return slices.Compare(x[:], y[:]) }
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.SortFunc(a, cmp)
 	slices.SortFunc(b, cmp)
@@ -144,14 +143,14 @@ func testInspectPaging(t *testing.T, open func() keycap.Store) {
 	s := open()
 	name := "storetest-pages"
 	const n = 57
-	want := map[keycap.PoolID]bool{}
+	want := map[store.PoolID]bool{}
 	for i := range n {
-		p := keycap.NewPoolID(name, fmt.Sprint(i))
-		mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, true)
+		p := appPool(name, fmt.Sprint(i))
+		mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, true)
 		want[p] = true
 	}
 	for _, size := range []int{1, 10, 1000} {
-		pools, pages := allPools(t, open(), keycap.TagOf(keycap.FamilyApp, name), size)
+		pools, pages := allPools(t, open(), store.TagOf(byte(keycap.FamilyApp), name), size)
 		got := byPool(pools)
 		if len(got) != n {
 			t.Fatalf("page size %d: %d distinct pools in %d pages, want %d", size, len(got), pages, n)
@@ -165,7 +164,7 @@ func testInspectPaging(t *testing.T, open func() keycap.Store) {
 			t.Fatalf("one page of 1000 shows %d pools, want %d", len(pools), n)
 		}
 	}
-	if _, err := inspector(s).InspectPools(ctx(t), keycap.PageQuery{Tag: keycap.TagOf(keycap.FamilyApp, name), Cursor: "not a cursor"}); err == nil {
+	if _, err := s.InspectPools(ctx(t), store.PageQuery{Tag: store.TagOf(byte(keycap.FamilyApp), name), Cursor: "not a cursor"}); err == nil {
 		t.Fatal("a forged cursor was accepted")
 	}
 }
@@ -173,18 +172,17 @@ func testInspectPaging(t *testing.T, open func() keycap.Store) {
 // testInspectLine: the tickets of a pool's line, its head first.
 func testInspectLine(t *testing.T, open func() keycap.Store) {
 	s := open()
-	l, ok := s.(keycap.Liner)
-	if !ok {
-		t.Skip("the store keeps no wait line (keycap.Liner)")
+	if !s.Features().Has(store.Lines) {
+		t.Skip("the store keeps no wait line (store.Lines)")
 	}
-	p := keycap.NewPoolID("storetest-inspect-line", "k")
-	holder := keycap.NewOwner()
+	p := appPool("storetest-inspect-line", "k")
+	holder := store.NewOwner()
 	mustAcquire(t, s, p, holder, 1, time.Minute, true)
-	var line []keycap.Owner
+	var line []store.Owner
 	for range 3 {
-		o := keycap.NewOwner()
-		if ok, _, err := l.Queue(ctx(t), p, o, 1, time.Minute, longTicket); err != nil || ok {
-			t.Fatalf("Queue: %v, %v", ok, err)
+		o := store.NewOwner()
+		if g, err := s.Acquire(ctx(t), store.Demand{Pool: p, Owner: o, Max: 1, TTL: time.Minute, Line: longTicket}); err != nil || g.Granted {
+			t.Fatalf("Acquire with a ticket: %v, %v", g.Granted, err)
 		}
 		line = append(line, o)
 	}
@@ -192,7 +190,7 @@ func testInspectLine(t *testing.T, open func() keycap.Store) {
 	if len(st.Holders) != 1 || st.Holders[0].Owner != holder {
 		t.Fatalf("holders %+v, want the one holder", st.Holders)
 	}
-	var got []keycap.Owner
+	var got []store.Owner
 	for _, w := range st.Waiting {
 		got = append(got, w.Owner)
 		if w.Expires <= 0 || w.Expires > time.Minute {
@@ -207,24 +205,22 @@ func testInspectLine(t *testing.T, open func() keycap.Store) {
 // testInspectPauses: running pauses and paces of a tag, and no others.
 func testInspectPauses(t *testing.T, open func() keycap.Store) {
 	s := open()
-	pa, ok1 := s.(keycap.Pauser)
-	pc, ok2 := s.(keycap.Pacer)
-	if !ok1 || !ok2 {
-		t.Skip("the store keeps no pauses or paces")
+	if !s.Features().Has(store.Pauses | store.Paces) {
+		t.Skip("the store keeps no pauses or paces (store.Pauses, store.Paces)")
 	}
-	pauseID := func(api string) keycap.PoolID { return keycap.PoolIDOf(keycap.FamilyPause, "storetest-pause", api) }
-	if _, err := pa.Pause(ctx(t), pauseID("billing"), time.Minute); err != nil {
+	pauseID := func(api string) store.PoolID { return store.PoolOf(byte(keycap.FamilyPause), "storetest-pause", api) }
+	if _, err := s.Pause(ctx(t), pauseID("billing"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pa.Pause(ctx(t), pauseID("short"), 20*time.Millisecond); err != nil {
+	if _, err := s.Pause(ctx(t), pauseID("short"), 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pa.Pause(ctx(t), keycap.PoolIDOf(keycap.FamilyPause, "storetest-other", "x"), time.Minute); err != nil {
+	if _, err := s.Pause(ctx(t), store.PoolOf(byte(keycap.FamilyPause), "storetest-other", "x"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	paceID := keycap.PoolIDOf(keycap.FamilyPause, "storetest-pace", "mail")
-	rate := keycap.Rate{Events: 1, Period: time.Minute, Burst: 1}
-	if d, err := pc.Pace(ctx(t), paceID, rate); err != nil || d != 0 {
+	paceID := store.PoolOf(byte(keycap.FamilyPause), "storetest-pace", "mail")
+	rate := store.Rate{Events: 1, Period: time.Minute, Burst: 1}
+	if d, err := s.Pace(ctx(t), paceID, rate); err != nil || d != 0 {
 		t.Fatalf("Pace: %s, %v", d, err)
 	}
 	time.Sleep(50 * time.Millisecond) // the short pause ends
@@ -243,10 +239,10 @@ func testInspectPauses(t *testing.T, open func() keycap.Store) {
 
 // allPauses reads every page of tag's pauses and paces: a store may return
 // a page with fewer than asked, even none, before the last.
-func allPauses(t *testing.T, s keycap.Store, tag keycap.Tag) []keycap.PauseState {
+func allPauses(t *testing.T, s keycap.Store, tag store.Tag) []store.PauseState {
 	t.Helper()
-	pauses, _ := pageAll(t, func(cursor string) ([]keycap.PauseState, string, error) {
-		page, err := inspector(s).InspectPauses(ctx(t), keycap.PageQuery{Tag: tag, Cursor: cursor})
+	pauses, _ := pageAll(t, func(cursor string) ([]store.PauseState, string, error) {
+		page, err := s.InspectPauses(ctx(t), store.PageQuery{Tag: tag, Cursor: cursor})
 		return page.Pauses, page.Next, err
 	})
 	return pauses
@@ -267,7 +263,7 @@ func testInspectLimiter(t *testing.T, open func() keycap.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lb.Close() })
-	lim := keycap.MustLimit("storetest-report", "alice@example.com", 2)
+	lim := keycap.Spec{Name: "storetest-report", Max: 2}.For("alice@example.com")
 	a, err := la.Acquire(keycap.WithLabel(ctx(t), "req-1"), lim)
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +291,7 @@ func testInspectLimiter(t *testing.T, open func() keycap.Store) {
 	if !mine.Here || mine.Label != "req-1" || mine.Node != "node-a" || mine.Age < 20*time.Millisecond {
 		t.Fatalf("own holder %+v, want here, labelled req-1, node-a, at least 20ms old", mine)
 	}
-	if theirs.Here || theirs.Label != "" || theirs.Node != keycap.NodeTag("node-b").String() || theirs.Age < 0 || theirs.Age > time.Minute {
+	if theirs.Here || theirs.Label != "" || theirs.Node != store.TagOf(store.Internal, "node:node-b").String() || theirs.Age < 0 || theirs.Age > time.Minute {
 		t.Fatalf("other holder %+v, want node-b's tag and an age from the stamp", theirs)
 	}
 	rb := report(t, lb, "storetest-report")
@@ -347,8 +343,8 @@ func testShadow(t *testing.T, open func() keycap.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	enforced := keycap.MustLimit("storetest-shadow", "k", 3)
-	candidate := keycap.MustLimit("storetest-shadow", "k", 1, keycap.WithShadow())
+	enforced := keycap.Spec{Name: "storetest-shadow", Max: 3}.For("k")
+	candidate := keycap.Spec{Name: "storetest-shadow", Max: 1, Shadow: true}.For("k")
 	if enforced.Pool() == candidate.Pool() {
 		t.Fatal("the shadow limit shares the enforced limit's pool")
 	}
@@ -366,48 +362,48 @@ func testShadow(t *testing.T, open func() keycap.Store) {
 	if refusedShadow != 3 || refusedEnforced != 1 {
 		t.Fatalf("refusals: %d shadow, %d enforced; want 3 (acquires 2, 3, 4) and 1", refusedShadow, refusedEnforced)
 	}
-	held := func(tag keycap.Tag) int {
+	held := func(tag store.Tag) int {
 		n := 0
 		for _, p := range mustPools(t, open(), tag) {
 			n += p.Held()
 		}
 		return n
 	}
-	if e, s := held(enforced.Tag()), held(candidate.Tag()); e != 3 || s != 1 {
+	if e, s := held(enforced.Pool().Tag()), held(candidate.Pool().Tag()); e != 3 || s != 1 {
 		t.Fatalf("held: %d enforced, %d shadow; want 3 and 1", e, s)
 	}
 	for _, ls := range leases {
 		ls.Release()
 	}
-	// A store may free a slot after Release returns (keycap.AsyncReleaser),
+	// A store may free a slot after Release returns (store.AsyncRelease),
 	// and a read of another client is not ordered with it: Close waits for
 	// the releases in flight.
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if e, s := held(enforced.Tag()), held(candidate.Tag()); e != 0 || s != 0 {
+	if e, s := held(enforced.Pool().Tag()), held(candidate.Pool().Tag()); e != 0 || s != 0 {
 		t.Fatalf("after release: %d enforced, %d shadow held; want none", e, s)
 	}
 	// A shadow under a parent counts in a shadow of the parent, and shows
 	// under its own tag.
-	if _, ok := open().(keycap.Sharer); ok {
+	if open().Features().Has(store.Shares) {
 		pl, err := keycap.NewLimiter(open())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = pl.Close() })
 		parent := keycap.MustParent("storetest-shadow-parent", 2)
-		kid := keycap.MustLimit("storetest-shadow-kid", "k", 2, keycap.WithParent(parent))
-		shadowKid := keycap.MustLimit("storetest-shadow-kid", "k", 1, keycap.WithParent(parent), keycap.WithShadow())
+		kid := keycap.Spec{Name: "storetest-shadow-kid", Max: 2, Parent: parent}.For("k")
+		shadowKid := keycap.Spec{Name: "storetest-shadow-kid", Max: 1, Parent: parent, Shadow: true}.For("k")
 		ls, err := pl.Acquire(ctx(t), kid, shadowKid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pools := mustPools(t, open(), shadowKid.Tag())
+		pools := mustPools(t, open(), shadowKid.Pool().Tag())
 		if len(pools) != 1 || pools[0].Pool != shadowKid.Pool() || pools[0].Held() != 1 {
 			t.Fatalf("shadow kid's pools %+v, want its one lease", pools)
 		}
-		if e := mustPools(t, open(), kid.Tag()); len(e) != 1 || e[0].Held() != 1 {
+		if e := mustPools(t, open(), kid.Pool().Tag()); len(e) != 1 || e[0].Held() != 1 {
 			t.Fatalf("enforced kid's pools %+v, want its one lease", e)
 		}
 		ls.Release()
@@ -419,7 +415,7 @@ func testShadow(t *testing.T, open func() keycap.Store) {
 	}
 	t.Cleanup(func() { _ = sl.Close() })
 	for i := range 3 {
-		ls, err := sl.Acquire(ctx(t), keycap.MustLimit("storetest-shadow-mode", "k", 1))
+		ls, err := sl.Acquire(ctx(t), keycap.Spec{Name: "storetest-shadow-mode", Max: 1}.For("k"))
 		if err != nil {
 			t.Fatalf("shadow mode, acquire %d: %v", i+1, err)
 		}
@@ -427,31 +423,29 @@ func testShadow(t *testing.T, open func() keycap.Store) {
 	}
 }
 
-// testOverrides runs the override tests on a keycap.Overrider.
+// testOverrides runs the override tests on a store with store.Overrides.
 func testOverrides(t *testing.T, ns Namespace) {
-	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Overrider); return ok },
-		"the store keeps no overrides (keycap.Overrider)", []namedTest{
+	runGroup(t, ns, store.Overrides,
+		"the store keeps no overrides (store.Overrides)", []namedTest{
 			{"SetListDeleteWithVersions", testOverrideCRUD},
 			{"ExpiresByItself", testOverrideTTL},
 			{"TakesEffectOnEveryClient", testOverrideAcross},
 		})
 }
 
-func overrider(s keycap.Store) keycap.Overrider { return s.(keycap.Overrider) }
-
-func override(family keycap.Family, name, key string, max, share int, ttl time.Duration) keycap.Override {
-	return keycap.Override{Family: family, Name: name, Key: key, Max: max, Share: share, TTL: ttl, Pool: keycap.PoolIDOf(family, name, key)}
+func override(family keycap.Family, name, key string, max, share int, ttl time.Duration) store.Override {
+	return store.Override{Family: uint8(family), Name: name, Key: key, Max: max, Share: share, TTL: ttl, Pool: store.PoolOf(byte(family), name, key)}
 }
 
 func testOverrideCRUD(t *testing.T, open func() keycap.Store) {
-	a, b := overrider(open()), overrider(open())
+	a, b := open(), open()
 	v0, list, err := b.Overrides(ctx(t), 0)
 	if err != nil || len(list) != 0 {
 		t.Fatalf("Overrides of an empty store: %v, %v", list, err)
 	}
 	alice := override(keycap.FamilyApp, "api", "alice", 10, 0, 0)
 	bob := override(keycap.FamilyJob, "export", "bob\x00 ü", keycap.KeepMax, 4, 0)
-	for _, o := range []keycap.Override{alice, bob} {
+	for _, o := range []store.Override{alice, bob} {
 		if err := a.SetOverride(ctx(t), o); err != nil {
 			t.Fatalf("SetOverride: %v", err)
 		}
@@ -496,7 +490,7 @@ func testOverrideCRUD(t *testing.T, open func() keycap.Store) {
 }
 
 func testOverrideTTL(t *testing.T, open func() keycap.Store) {
-	s := overrider(open())
+	s := open()
 	o := override(keycap.FamilyApp, "api", "brief", 1, 0, time.Second)
 	if err := s.SetOverride(ctx(t), o); err != nil {
 		t.Fatal(err)
@@ -534,7 +528,7 @@ func testOverrideAcross(t *testing.T, open func() keycap.Store) {
 		return l
 	}
 	admin, worker := newLimiter(), newLimiter()
-	lim := keycap.MustLimit("storetest-override", "alice", 3)
+	lim := keycap.Spec{Name: "storetest-override", Max: 3}.For("alice")
 	count := func() int { // how many leases the worker gets now
 		var got []*keycap.Lease
 		defer func() {

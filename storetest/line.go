@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-// testLines runs the wait-line tests on a keycap.Liner.
+// testLines runs the wait-line tests on a store with store.Lines.
 func testLines(t *testing.T, ns Namespace) {
-	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Liner); return ok },
-		"the store keeps no wait line (keycap.Liner)", []namedTest{
+	runGroup(t, ns, store.Lines,
+		"the store keeps no wait line (store.Lines)", []namedTest{
 			{"ArrivalOrder", testArrivalOrder},
 			{"FreshCallersDoNotOvertake", testNoOvertaking},
 			{"AbandonedTicketExpires", testAbandonedTicket},
@@ -30,33 +31,45 @@ func testLines(t *testing.T, ns Namespace) {
 		})
 }
 
-var longTicket = keycap.Ticket{TTL: time.Minute, Claim: time.Minute}
+var longTicket = store.Ticket{TTL: time.Minute, Claim: time.Minute}
 
-func liner(t *testing.T, s keycap.Store) keycap.Liner {
+// queue asks s for a plain slot of p for o, with a ticket tk in p's line
+// when refused, and returns the grant.
+func queue(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max int, tk store.Ticket) store.Grant {
 	t.Helper()
-	return s.(keycap.Liner)
+	g, err := s.Acquire(ctx(t), store.Demand{Pool: p, Owner: o, Max: max, TTL: time.Minute, Line: tk})
+	if err != nil {
+		t.Fatalf("Acquire with a ticket: %v", err)
+	}
+	return g
 }
 
 // mustQueue queues o and checks whether it was granted, and when not, its
 // place (ahead < 0: any).
-func mustQueue(t *testing.T, s keycap.Store, p keycap.PoolID, o keycap.Owner, max int, tk keycap.Ticket, want bool, wantAhead int) {
+func mustQueue(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max int, tk store.Ticket, want bool, wantAhead int) {
 	t.Helper()
-	got, ahead, err := liner(t, s).Queue(ctx(t), p, o, max, time.Minute, tk)
-	if err != nil {
-		t.Fatalf("Queue: %v", err)
+	g := queue(t, s, p, o, max, tk)
+	if g.Granted != want {
+		t.Fatalf("Acquire with a ticket (max %d) granted = %v, want %v", max, g.Granted, want)
 	}
-	if got != want {
-		t.Fatalf("Queue(max %d) granted = %v, want %v", max, got, want)
-	}
-	if !got && wantAhead >= 0 && ahead != wantAhead {
-		t.Fatalf("Queue: %d tickets ahead, want %d", ahead, wantAhead)
+	if !g.Granted && wantAhead >= 0 && g.Ahead != wantAhead {
+		t.Fatalf("Acquire with a ticket: %d tickets ahead, want %d", g.Ahead, wantAhead)
 	}
 }
 
-func owners(n int) []keycap.Owner {
-	o := make([]keycap.Owner, n)
+// mustLeave takes o out of p's line (Release with leave), freeing a slot
+// handed to it.
+func mustLeave(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner) {
+	t.Helper()
+	if _, err := s.Release(ctx(t), store.Demand{Pool: p, Owner: o}, true); err != nil {
+		t.Fatalf("Release, leaving the line: %v", err)
+	}
+}
+
+func owners(n int) []store.Owner {
+	o := make([]store.Owner, n)
 	for i := range o {
-		o[i] = keycap.NewOwner()
+		o[i] = store.NewOwner()
 	}
 	return o
 }
@@ -64,7 +77,7 @@ func owners(n int) []keycap.Owner {
 // testArrivalOrder: each freed slot goes to the oldest ticket.
 func testArrivalOrder(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, holder, w := pool("order"), keycap.NewOwner(), owners(3)
+	p, holder, w := pool("order"), store.NewOwner(), owners(3)
 	mustAcquire(t, s, p, holder, 1, time.Minute, true)
 	for i, o := range w {
 		mustQueue(t, s, p, o, 1, longTicket, false, i)
@@ -80,43 +93,39 @@ func testArrivalOrder(t *testing.T, open func() keycap.Store) {
 		prev = o
 	}
 	mustRelease(t, s, p, prev)
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, true) // the line is empty
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, true) // the line is empty
 }
 
 // testNoOvertaking: while a ticket waits, an Acquire without one is refused,
 // even when the slot it would take is free.
 func testNoOvertaking(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, holder, w := pool("overtake"), keycap.NewOwner(), keycap.NewOwner()
+	p, holder, w := pool("overtake"), store.NewOwner(), store.NewOwner()
 	mustAcquire(t, s, p, holder, 2, time.Minute, true)
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, true)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, true)
 	mustQueue(t, s, p, w, 2, longTicket, false, 0)
 	mustRelease(t, s, p, holder) // the freed slot is w's, unclaimed yet
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
-	mustQueue(t, s, p, keycap.NewOwner(), 2, longTicket, false, 0)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, false)
+	mustQueue(t, s, p, store.NewOwner(), 2, longTicket, false, 0)
 	mustQueue(t, s, p, w, 2, longTicket, true, 0)
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, false)
 }
 
 // testAbandonedTicket: a ticket whose owner stops queueing expires and does
 // not hold the line.
 func testAbandonedTicket(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, holder := pool("abandoned"), keycap.NewOwner()
+	p, holder := pool("abandoned"), store.NewOwner()
 	mustAcquire(t, s, p, holder, 1, time.Minute, true)
 	const ttl = 300 * time.Millisecond
 	start := time.Now()
-	mustQueue(t, s, p, keycap.NewOwner(), 1, keycap.Ticket{TTL: ttl, Claim: ttl}, false, 0)
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+	mustQueue(t, s, p, store.NewOwner(), 1, store.Ticket{TTL: ttl, Claim: ttl}, false, 0)
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, false)
 	waitFor(t, 2*ttl+3*time.Second, func() bool {
 		// Released while the ticket lives, the slot is handed to it (for
 		// its claim window); after, the expired ticket is dropped.
 		mustRelease(t, s, p, holder)
-		ok, err := s.Acquire(ctx(t), p, keycap.NewOwner(), 1, time.Minute)
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		return ok
+		return acquire(t, s, p, store.NewOwner(), 1, time.Minute)
 	})
 	if el := time.Since(start); el < ttl/2 {
 		t.Fatalf("the ticket expired after %s, before half its TTL of %s", el, ttl)
@@ -127,20 +136,14 @@ func testAbandonedTicket(t *testing.T, open func() keycap.Store) {
 // its claim window passes to the next ticket.
 func testUnclaimedHandoff(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, holder, a, b := pool("unclaimed"), keycap.NewOwner(), keycap.NewOwner(), keycap.NewOwner()
+	p, holder, a, b := pool("unclaimed"), store.NewOwner(), store.NewOwner(), store.NewOwner()
 	mustAcquire(t, s, p, holder, 1, time.Minute, true)
 	const claim = 300 * time.Millisecond
 	start := time.Now()
-	mustQueue(t, s, p, a, 1, keycap.Ticket{TTL: time.Minute, Claim: claim}, false, 0)
+	mustQueue(t, s, p, a, 1, store.Ticket{TTL: time.Minute, Claim: claim}, false, 0)
 	mustQueue(t, s, p, b, 1, longTicket, false, 1)
 	mustRelease(t, s, p, holder) // a's now, for claim
-	waitFor(t, claim+3*time.Second, func() bool {
-		ok, _, err := liner(t, s).Queue(ctx(t), p, b, 1, time.Minute, longTicket)
-		if err != nil {
-			t.Fatalf("Queue: %v", err)
-		}
-		return ok
-	})
+	waitFor(t, claim+3*time.Second, func() bool { return queue(t, s, p, b, 1, longTicket).Granted })
 	if el := time.Since(start); el < claim/2 {
 		t.Fatalf("the handoff passed on after %s, before half its claim window of %s", el, claim)
 	}
@@ -151,37 +154,31 @@ func testUnclaimedHandoff(t *testing.T, open func() keycap.Store) {
 // handed to it goes to the next ticket at once.
 func testDequeue(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, holder, w := pool("dequeue"), keycap.NewOwner(), owners(3)
+	p, holder, w := pool("dequeue"), store.NewOwner(), owners(3)
 	mustAcquire(t, s, p, holder, 1, time.Minute, true)
 	for i, o := range w {
 		mustQueue(t, s, p, o, 1, longTicket, false, i)
 	}
-	if err := liner(t, s).Dequeue(ctx(t), p, w[1]); err != nil {
-		t.Fatal(err)
-	}
+	mustLeave(t, s, p, w[1])
 	mustQueue(t, s, p, w[2], 1, longTicket, false, 1)
 	mustRelease(t, s, p, holder) // w[0]'s
-	if err := liner(t, s).Dequeue(ctx(t), p, w[0]); err != nil {
-		t.Fatal(err)
-	}
+	mustLeave(t, s, p, w[0])
 	mustQueue(t, s, p, w[2], 1, longTicket, true, 0)
-	if err := liner(t, s).Dequeue(ctx(t), p, keycap.NewOwner()); err != nil { // unknown: nothing
-		t.Fatal(err)
-	}
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+	mustLeave(t, s, p, store.NewOwner()) // unknown: nothing
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, false)
 }
 
 // testLargerMax: raising max hands the new slots to the line, in order.
 func testLargerMax(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, holder, w := pool("larger"), keycap.NewOwner(), owners(3)
+	p, holder, w := pool("larger"), store.NewOwner(), owners(3)
 	mustAcquire(t, s, p, holder, 1, time.Minute, true)
 	mustQueue(t, s, p, w[0], 1, longTicket, false, 0)
 	mustQueue(t, s, p, w[1], 1, longTicket, false, 1)
 	mustQueue(t, s, p, w[2], 3, longTicket, false, 0) // max 3: w[0] and w[1] are served first
 	mustQueue(t, s, p, w[0], 3, longTicket, true, 0)
 	mustQueue(t, s, p, w[1], 3, longTicket, true, 0)
-	mustAcquire(t, s, p, keycap.NewOwner(), 3, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 3, time.Minute, false)
 	if n := held(t, s, p, 3); n != 3 {
 		t.Fatalf("pool holds %d leases, want 3", n)
 	}
@@ -191,30 +188,23 @@ func testLargerMax(t *testing.T, open func() keycap.Store) {
 // call that finds it, whichever it is.
 func testExpiryHandsOn(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, w := pool("expiry-line"), keycap.NewOwner()
+	p, w := pool("expiry-line"), store.NewOwner()
 	const ttl = 300 * time.Millisecond
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, ttl, true)
+	mustAcquire(t, s, p, store.NewOwner(), 1, ttl, true)
 	mustQueue(t, s, p, w, 1, longTicket, false, 0)
-	waitFor(t, ttl+3*time.Second, func() bool {
-		ok, _, err := liner(t, s).Queue(ctx(t), p, w, 1, time.Minute, longTicket)
-		if err != nil {
-			t.Fatalf("Queue: %v", err)
-		}
-		return ok
-	})
+	waitFor(t, ttl+3*time.Second, func() bool { return queue(t, s, p, w, 1, longTicket).Granted })
 }
 
 // testNotifies: a waiter on one client hears of its handoff when the slot
 // frees on another, and so does a waiter on the same client.
 func testNotifies(t *testing.T, open func() keycap.Store) {
 	s1, s2 := open(), open()
-	n, ok := s2.(keycap.Notifier)
-	if !ok {
-		t.Skip("the store does not notify (keycap.Notifier): waiters poll")
+	if !s2.Features().Has(store.Notifications) {
+		t.Skip("the store does not notify (store.Notifications): waiters poll")
 	}
-	p, holder, w := pool("notify"), keycap.NewOwner(), keycap.NewOwner()
-	heard := make(chan []keycap.Owner, 16)
-	stop, err := n.Notify(ctx(t), p, func(g []keycap.Owner) {
+	p, holder, w := pool("notify"), store.NewOwner(), store.NewOwner()
+	heard := make(chan []store.Owner, 16)
+	stop, err := s2.Notify(ctx(t), p, func(g []store.Owner) {
 		select {
 		case heard <- slices.Clone(g):
 		default:
@@ -246,7 +236,7 @@ func testNotifies(t *testing.T, open func() keycap.Store) {
 // in the order they were taken.
 func testOrderAcrossClients(t *testing.T, open func() keycap.Store) {
 	clients := []keycap.Store{open(), open(), open()}
-	p, holder, w := pool("across"), keycap.NewOwner(), owners(9)
+	p, holder, w := pool("across"), store.NewOwner(), owners(9)
 	mustAcquire(t, clients[0], p, holder, 1, time.Minute, true)
 	for i, o := range w {
 		mustQueue(t, clients[i%len(clients)], p, o, 1, longTicket, false, i)
@@ -281,30 +271,29 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for ci := range clients {
-		st := open()
-		s := st.(keycap.Liner)
+		s := open()
 		for g := range perClient {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				id := ci*perClient + g
 				for c.Err() == nil {
-					o := keycap.NewOwner()
+					o := store.NewOwner()
 					for c.Err() == nil {
-						ok, _, err := s.Queue(c, p, o, max, time.Minute, keycap.Ticket{TTL: 5 * time.Second, Claim: 5 * time.Second})
+						g, err := s.Acquire(c, store.Demand{Pool: p, Owner: o, Max: max, TTL: time.Minute, Line: store.Ticket{TTL: 5 * time.Second, Claim: 5 * time.Second}})
 						if err != nil {
 							if c.Err() == nil {
 								fail(fmt.Errorf("queue: %w", err))
 							}
 							return
 						}
-						if ok {
+						if g.Granted {
 							break
 						}
 						time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond)
 					}
 					if c.Err() != nil {
-						_ = s.Dequeue(context.Background(), p, o)
+						_, _ = s.Release(context.Background(), store.Demand{Pool: p, Owner: o}, true)
 						return
 					}
 					n := inside.Add(1)
@@ -316,7 +305,7 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 					served[id].Add(1)
 					time.Sleep(time.Millisecond)
 					inside.Add(-1)
-					if err := st.Release(context.Background(), p, o); err != nil {
+					if _, err := s.Release(context.Background(), store.Demand{Pool: p, Owner: o}, false); err != nil {
 						fail(fmt.Errorf("release: %w", err))
 						return
 					}

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
-// testShares runs the weight and parent tests on a keycap.Sharer.
+// testShares runs the weight and parent tests on a store with store.Shares.
 func testShares(t *testing.T, ns Namespace) {
-	runGroup(t, ns, func(s keycap.Store) bool { _, ok := s.(keycap.Sharer); return ok },
-		"the store keeps no weights or parents (keycap.Sharer)", []namedTest{
+	runGroup(t, ns, store.Shares,
+		"the store keeps no weights or parents (store.Shares)", []namedTest{
 			{"WeightCountsSlots", testWeightCounts},
 			{"WeightedWaiterHoldsTheHead", testWeightedHead},
 			{"WeightedRenewAndRelease", testWeightedRenew},
@@ -33,11 +34,9 @@ func testShares(t *testing.T, ns Namespace) {
 		})
 }
 
-func sharer(s keycap.Store) keycap.Sharer { return s.(keycap.Sharer) }
-
 // family is a parent of the tests.
 type family struct {
-	parent keycap.PoolID
+	parent store.PoolID
 	max    int
 }
 
@@ -45,34 +44,44 @@ func newFamily(name string, max int) family {
 	return family{parent: keycap.MustParent("storetest:"+name, max).Pool(), max: max}
 }
 
-func (f family) demand(key string, o keycap.Owner, max, weight int) keycap.Demand {
-	return keycap.Demand{
+func (f family) demand(key string, o store.Owner, max, weight int) store.Demand {
+	return store.Demand{
 		Pool: pool("kid:" + key), Owner: o, Max: max, TTL: time.Minute, Weight: weight,
-		Parent: f.parent, ParentMax: f.max, Share: 1,
+		Parent: store.Parent{Pool: f.parent, Max: f.max, Share: 1},
 	}
 }
 
-func weighted(name string, o keycap.Owner, max, weight int) keycap.Demand {
-	return keycap.Demand{Pool: pool(name), Owner: o, Max: max, TTL: time.Minute, Weight: weight}
+func weighted(name string, o store.Owner, max, weight int) store.Demand {
+	return store.Demand{Pool: pool(name), Owner: o, Max: max, TTL: time.Minute, Weight: weight}
 }
 
-// take acquires (t nil) or queues d and checks the answer.
-func take(t *testing.T, s keycap.Store, d keycap.Demand, tk *keycap.Ticket, want bool) int {
+// acquireDemand acquires (tk nil) or queues d and returns the grant.
+func acquireDemand(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticket) store.Grant {
 	t.Helper()
-	got, ahead, err := sharer(s).AcquireDemand(ctx(t), d, tk)
+	if tk != nil {
+		d.Line = *tk
+	}
+	g, err := s.Acquire(ctx(t), d)
 	if err != nil {
-		t.Fatalf("AcquireDemand: %v", err)
+		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v): %v", d.Weight, d.Max, d.Parent.Max, tk != nil, err)
 	}
-	if got != want {
-		t.Fatalf("AcquireDemand(weight %d, max %d, parent max %d, ticket %v) granted = %v, want %v", d.Weight, d.Max, d.ParentMax, tk != nil, got, want)
-	}
-	return ahead
+	return g
 }
 
-func give(t *testing.T, s keycap.Store, d keycap.Demand, dequeue bool) {
+// take acquires (tk nil) or queues d and checks the answer.
+func take(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticket, want bool) int {
 	t.Helper()
-	if _, err := sharer(s).ReleaseDemand(ctx(t), d, dequeue); err != nil {
-		t.Fatalf("ReleaseDemand: %v", err)
+	g := acquireDemand(t, s, d, tk)
+	if g.Granted != want {
+		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v) granted = %v, want %v", d.Weight, d.Max, d.Parent.Max, tk != nil, g.Granted, want)
+	}
+	return g.Ahead
+}
+
+func give(t *testing.T, s keycap.Store, d store.Demand, leave bool) {
+	t.Helper()
+	if _, err := s.Release(ctx(t), d, leave); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
 }
 
@@ -80,37 +89,37 @@ func give(t *testing.T, s keycap.Store, d keycap.Demand, dequeue bool) {
 // leases of the same pool, and frees it on release.
 func testWeightCounts(t *testing.T, open func() keycap.Store) {
 	s := open()
-	heavy := weighted("weights", keycap.NewOwner(), 5, 3)
+	heavy := weighted("weights", store.NewOwner(), 5, 3)
 	take(t, s, heavy, nil, true)
-	a, b := keycap.NewOwner(), keycap.NewOwner()
+	a, b := store.NewOwner(), store.NewOwner()
 	mustAcquire(t, s, heavy.Pool, a, 5, time.Minute, true)
 	mustAcquire(t, s, heavy.Pool, b, 5, time.Minute, true)
-	mustAcquire(t, s, heavy.Pool, keycap.NewOwner(), 5, time.Minute, false)
-	take(t, s, weighted("weights", keycap.NewOwner(), 5, 2), nil, false)
+	mustAcquire(t, s, heavy.Pool, store.NewOwner(), 5, time.Minute, false)
+	take(t, s, weighted("weights", store.NewOwner(), 5, 2), nil, false)
 	take(t, s, heavy, nil, true) // held: extended
 	mustRelease(t, s, heavy.Pool, a)
-	take(t, s, weighted("weights", keycap.NewOwner(), 5, 2), nil, false) // 1 free
+	take(t, s, weighted("weights", store.NewOwner(), 5, 2), nil, false) // 1 free
 	give(t, s, heavy, false)
-	other := weighted("weights", keycap.NewOwner(), 5, 4) // 4 free now
+	other := weighted("weights", store.NewOwner(), 5, 4) // 4 free now
 	take(t, s, other, nil, true)
-	mustAcquire(t, s, heavy.Pool, keycap.NewOwner(), 5, time.Minute, false)
+	mustAcquire(t, s, heavy.Pool, store.NewOwner(), 5, time.Minute, false)
 }
 
 // testWeightedHead: a waiter of weight 2 at the head of the line is not
 // overtaken by callers of weight 1, and is served once 2 slots are free.
 func testWeightedHead(t *testing.T, open func() keycap.Store) {
 	s := open()
-	a, b := keycap.NewOwner(), keycap.NewOwner()
+	a, b := store.NewOwner(), store.NewOwner()
 	p := pool("head")
 	mustAcquire(t, s, p, a, 3, time.Minute, true)
 	mustAcquire(t, s, p, b, 3, time.Minute, true)
-	heavy := weighted("head", keycap.NewOwner(), 3, 2)
+	heavy := weighted("head", store.NewOwner(), 3, 2)
 	take(t, s, heavy, &longTicket, false) // 1 free: not enough
-	mustAcquire(t, s, p, keycap.NewOwner(), 3, time.Minute, false)
-	mustQueue(t, s, p, keycap.NewOwner(), 3, longTicket, false, 1)
+	mustAcquire(t, s, p, store.NewOwner(), 3, time.Minute, false)
+	mustQueue(t, s, p, store.NewOwner(), 3, longTicket, false, 1)
 	mustRelease(t, s, p, a) // 2 free: handed to heavy
 	take(t, s, heavy, &longTicket, true)
-	mustAcquire(t, s, p, keycap.NewOwner(), 3, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 3, time.Minute, false)
 }
 
 // testWeightedRenew: renewing a weighted lease keeps all its slots, and
@@ -119,20 +128,20 @@ func testWeightedRenew(t *testing.T, open func() keycap.Store) {
 	s := open()
 	// A TTL of 1 s, renewed every 300 ms: four renewals carry it past its
 	// first TTL's end, each with 700 ms to spare on a loaded machine.
-	d := weighted("wrenew", keycap.NewOwner(), 4, 4)
+	d := weighted("wrenew", store.NewOwner(), 4, 4)
 	d.TTL = time.Second
 	take(t, s, d, nil, true)
 	for range 4 {
 		time.Sleep(300 * time.Millisecond)
-		r := renew(t, s, keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: time.Second, Weight: 4})
+		r := renew(t, s, store.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: time.Second, Weight: 4})
 		if r[0].Lost || r[0].Err != nil {
 			t.Fatalf("renewal of a live weighted lease: lost %v, %v", r[0].Lost, r[0].Err)
 		}
-		mustAcquire(t, s, d.Pool, keycap.NewOwner(), 4, time.Minute, false)
+		mustAcquire(t, s, d.Pool, store.NewOwner(), 4, time.Minute, false)
 	}
 	give(t, s, d, false)
 	for range 4 {
-		mustAcquire(t, s, d.Pool, keycap.NewOwner(), 4, time.Minute, true)
+		mustAcquire(t, s, d.Pool, store.NewOwner(), 4, time.Minute, true)
 	}
 }
 
@@ -142,24 +151,24 @@ func testParentCaps(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("caps", 4)
 	for range 3 {
-		take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, true) // borrows
+		take(t, s, f.demand("a", store.NewOwner(), 3, 1), nil, true) // borrows
 	}
-	take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, false) // its own max
-	b := f.demand("b", keycap.NewOwner(), 3, 1)
+	take(t, s, f.demand("a", store.NewOwner(), 3, 1), nil, false) // its own max
+	b := f.demand("b", store.NewOwner(), 3, 1)
 	take(t, s, b, nil, true)
-	take(t, s, f.demand("b", keycap.NewOwner(), 3, 1), nil, false) // the parent is full
-	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false)
+	take(t, s, f.demand("b", store.NewOwner(), 3, 1), nil, false) // the parent is full
+	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, false)
 	give(t, s, b, false)
-	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, true)
-	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false)
+	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, true)
+	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, false)
 }
 
 // holdN holds n slots of key in f, and returns the demands.
-func holdN(t *testing.T, s keycap.Store, f family, key string, n, max int) []keycap.Demand {
+func holdN(t *testing.T, s keycap.Store, f family, key string, n, max int) []store.Demand {
 	t.Helper()
-	var ds []keycap.Demand
+	var ds []store.Demand
 	for range n {
-		d := f.demand(key, keycap.NewOwner(), max, 1)
+		d := f.demand(key, store.NewOwner(), max, 1)
 		take(t, s, d, nil, true)
 		ds = append(ds, d)
 	}
@@ -172,11 +181,11 @@ func testFairHandoff(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("fair", 4)
 	held := holdN(t, s, f, "busy", 4, 4)
-	busy := []keycap.Demand{f.demand("busy", keycap.NewOwner(), 4, 1), f.demand("busy", keycap.NewOwner(), 4, 1)}
+	busy := []store.Demand{f.demand("busy", store.NewOwner(), 4, 1), f.demand("busy", store.NewOwner(), 4, 1)}
 	for _, d := range busy {
 		take(t, s, d, &longTicket, false)
 	}
-	light := f.demand("light", keycap.NewOwner(), 4, 1)
+	light := f.demand("light", store.NewOwner(), 4, 1)
 	take(t, s, light, &longTicket, false)
 	give(t, s, held[0], false)
 	take(t, s, light, &longTicket, true) // holds 0 against busy's 3
@@ -192,25 +201,23 @@ func testShareSplit(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("split", 6)
 	held := holdN(t, s, f, "filler", 6, 6)
-	var as, bs []keycap.Demand
+	var as, bs []store.Demand
 	for range 6 {
-		a := f.demand("a", keycap.NewOwner(), 6, 1)
-		a.Share = 2
+		a := f.demand("a", store.NewOwner(), 6, 1)
+		a.Parent.Share = 2
 		take(t, s, a, &longTicket, false)
 		as = append(as, a)
-		b := f.demand("b", keycap.NewOwner(), 6, 1)
+		b := f.demand("b", store.NewOwner(), 6, 1)
 		take(t, s, b, &longTicket, false)
 		bs = append(bs, b)
 	}
 	for _, d := range held {
 		give(t, s, d, false)
 	}
-	count := func(ds []keycap.Demand) int {
+	count := func(ds []store.Demand) int {
 		n := 0
 		for _, d := range ds {
-			if ok, _, err := sharer(s).AcquireDemand(ctx(t), d, &longTicket); err != nil {
-				t.Fatal(err)
-			} else if ok {
+			if acquireDemand(t, s, d, &longTicket).Granted {
 				n++
 			}
 		}
@@ -228,10 +235,10 @@ func testMinimum(t *testing.T, open func() keycap.Store) {
 	f := newFamily("min", 4)
 	held := holdN(t, s, f, "filler", 2, 4)
 	holdN(t, s, f, "guaranteed", 2, 4)
-	other := f.demand("other", keycap.NewOwner(), 4, 1)
+	other := f.demand("other", store.NewOwner(), 4, 1)
 	take(t, s, other, &longTicket, false)
-	gd := f.demand("guaranteed", keycap.NewOwner(), 4, 1)
-	gd.Min = 3
+	gd := f.demand("guaranteed", store.NewOwner(), 4, 1)
+	gd.Parent.Min = 3
 	take(t, s, gd, &longTicket, false)
 	give(t, s, held[0], false) // guaranteed holds 2 < 3: before other's 0
 	take(t, s, gd, &longTicket, true)
@@ -247,16 +254,16 @@ func testFairNoOvertaking(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("overtake", 3)
 	held := holdN(t, s, f, "a", 3, 3)
-	heavy := f.demand("b", keycap.NewOwner(), 3, 2)
+	heavy := f.demand("b", store.NewOwner(), 3, 2)
 	take(t, s, heavy, &longTicket, false)
-	give(t, s, held[0], false)                                     // 1 free; heavy needs 2
-	take(t, s, f.demand("a", keycap.NewOwner(), 3, 1), nil, false) // a holds 2 > b's 0
-	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false) // a tie: the waiter first
+	give(t, s, held[0], false)                                    // 1 free; heavy needs 2
+	take(t, s, f.demand("a", store.NewOwner(), 3, 1), nil, false) // a holds 2 > b's 0
+	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, false) // a tie: the waiter first
 	give(t, s, held[1], false)
 	take(t, s, heavy, &longTicket, true)
-	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, false) // full
+	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, false) // full
 	give(t, s, held[2], false)
-	take(t, s, f.demand("c", keycap.NewOwner(), 3, 1), nil, true)
+	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, true)
 }
 
 // testKidExpiry: a lease of one key that expires is found by a call on
@@ -264,15 +271,15 @@ func testFairNoOvertaking(t *testing.T, open func() keycap.Store) {
 func testKidExpiry(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("expiry", 1)
-	short := f.demand("a", keycap.NewOwner(), 1, 1)
+	short := f.demand("a", store.NewOwner(), 1, 1)
 	short.TTL = 300 * time.Millisecond
 	take(t, s, short, nil, true)
-	waiter := f.demand("b", keycap.NewOwner(), 1, 1)
+	waiter := f.demand("b", store.NewOwner(), 1, 1)
 	take(t, s, waiter, &longTicket, false)
 	time.Sleep(400 * time.Millisecond)
-	take(t, s, f.demand("c", keycap.NewOwner(), 1, 1), nil, false) // finds the expiry, hands on
-	if ok, _, err := sharer(s).AcquireDemand(ctx(t), waiter, &longTicket); err != nil || !ok {
-		t.Fatalf("the waiter was not handed the expired slot: %v, %v", ok, err)
+	take(t, s, f.demand("c", store.NewOwner(), 1, 1), nil, false) // finds the expiry, hands on
+	if !acquireDemand(t, s, waiter, &longTicket).Granted {
+		t.Fatal("the waiter was not handed the expired slot")
 	}
 }
 
@@ -280,16 +287,15 @@ func testKidExpiry(t *testing.T, open func() keycap.Store) {
 // pool, to the client watching it.
 func testParentNotifies(t *testing.T, open func() keycap.Store) {
 	a, b := open(), open()
-	n, ok := b.(keycap.Notifier)
-	if !ok {
-		t.Skip("the store does not notify (keycap.Notifier)")
+	if !b.Features().Has(store.Notifications) {
+		t.Skip("the store does not notify (store.Notifications)")
 	}
 	f := newFamily("notify", 1)
-	holder := f.demand("a", keycap.NewOwner(), 1, 1)
+	holder := f.demand("a", store.NewOwner(), 1, 1)
 	take(t, a, holder, nil, true)
-	waiter := f.demand("b", keycap.NewOwner(), 1, 1)
-	got := make(chan keycap.Owner, 8)
-	stop, err := n.Notify(ctx(t), f.parent, func(g []keycap.Owner) {
+	waiter := f.demand("b", store.NewOwner(), 1, 1)
+	got := make(chan store.Owner, 8)
+	stop, err := b.Notify(ctx(t), f.parent, func(g []store.Owner) {
 		for _, o := range g {
 			select {
 			case got <- o:
@@ -318,19 +324,19 @@ func testParentNotifies(t *testing.T, open func() keycap.Store) {
 func testKidRenew(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("renew", 2)
-	d := f.demand("a", keycap.NewOwner(), 2, 2)
+	d := f.demand("a", store.NewOwner(), 2, 2)
 	d.TTL = 300 * time.Millisecond
 	take(t, s, d, nil, true)
-	r := keycap.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 300 * time.Millisecond, Weight: 2, Parent: f.parent}
+	r := store.Renewal{Pool: d.Pool, Owner: d.Owner, TTL: 300 * time.Millisecond, Weight: 2, Parent: f.parent}
 	if got := renew(t, s, r); got[0].Lost || got[0].Err != nil {
 		t.Fatalf("renewal of a live lease: lost %v, %v", got[0].Lost, got[0].Err)
 	}
-	take(t, s, f.demand("b", keycap.NewOwner(), 2, 1), nil, false)
+	take(t, s, f.demand("b", store.NewOwner(), 2, 1), nil, false)
 	time.Sleep(400 * time.Millisecond)
 	if got := renew(t, s, r); !got[0].Lost {
 		t.Fatal("renewal of an expired lease was not reported lost")
 	}
-	take(t, s, f.demand("b", keycap.NewOwner(), 2, 2), nil, true)
+	take(t, s, f.demand("b", store.NewOwner(), 2, 2), nil, true)
 }
 
 // testParentContention: Limiters on three clients, four keys of a parent
@@ -351,8 +357,7 @@ func testParentContention(t *testing.T, open func() keycap.Store) {
 		l := newLimiter(t, open())
 		for ki, key := range keys {
 			weight := 1 + ki%2
-			lim := keycap.MustLimit("storetest:contention", key, kidMax, keycap.WithParent(parent), keycap.WithWeight(weight),
-				keycap.WithWait(time.Minute), keycap.WithFailMode(keycap.FailClosed), keycap.WithTTL(10*time.Second))
+			lim := keycap.Spec{Name: "storetest:contention", Max: kidMax, Parent: parent, Weight: weight, Wait: time.Minute, FailMode: keycap.FailClosed, TTL: 10 * time.Second}.For(key)
 			for range perKey {
 				wg.Add(1)
 				go func() {
@@ -396,11 +401,11 @@ func testParentContention(t *testing.T, open func() keycap.Store) {
 }
 
 // release frees d and returns whether the store kept the slot for d's key.
-func release(t *testing.T, s keycap.Store, d keycap.Demand) bool {
+func release(t *testing.T, s keycap.Store, d store.Demand) bool {
 	t.Helper()
-	kept, err := sharer(s).ReleaseDemand(ctx(t), d, false)
+	kept, err := s.Release(ctx(t), d, false)
 	if err != nil {
-		t.Fatalf("ReleaseDemand: %v", err)
+		t.Fatalf("Release: %v", err)
 	}
 	return kept
 }
@@ -411,21 +416,21 @@ func release(t *testing.T, s keycap.Store, d keycap.Demand) bool {
 func testKeep(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("keep", 3)
-	light := f.demand("light", keycap.NewOwner(), 3, 1)
-	light.Keep = time.Minute
+	light := f.demand("light", store.NewOwner(), 3, 1)
+	light.Parent.Keep = time.Minute
 	take(t, s, light, nil, true)
 	busy := holdN(t, s, f, "busy", 2, 3)
-	waiter := f.demand("busy", keycap.NewOwner(), 3, 1)
+	waiter := f.demand("busy", store.NewOwner(), 3, 1)
 	take(t, s, waiter, &longTicket, false)
 	if !release(t, s, light) { // light holds 0 against busy's 2
 		t.Fatal("the light key's freed slot was not kept for it")
 	}
 	take(t, s, waiter, &longTicket, false) // not handed to busy
-	take(t, s, f.demand("other", keycap.NewOwner(), 3, 1), nil, false)
-	next := f.demand("light", keycap.NewOwner(), 3, 1)
-	next.Keep = time.Minute
+	take(t, s, f.demand("other", store.NewOwner(), 3, 1), nil, false)
+	next := f.demand("light", store.NewOwner(), 3, 1)
+	next.Parent.Keep = time.Minute
 	take(t, s, next, nil, true) // the light key's next caller takes it
-	busy[0].Keep = time.Minute
+	busy[0].Parent.Keep = time.Minute
 	if release(t, s, busy[0]) { // busy has a waiter of its own: the slot goes to its line
 		t.Fatal("a slot was kept for a key that would not be served first")
 	}
@@ -437,18 +442,18 @@ func testKeep(t *testing.T, open func() keycap.Store) {
 func testKeepExpires(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("keep-expires", 2)
-	light := f.demand("light", keycap.NewOwner(), 2, 1)
-	light.Keep = 2 * time.Second // long enough for the next call to find it, on a loaded machine
+	light := f.demand("light", store.NewOwner(), 2, 1)
+	light.Parent.Keep = 2 * time.Second // long enough for the next call to find it, on a loaded machine
 	take(t, s, light, nil, true)
 	holdN(t, s, f, "busy", 1, 2)
-	waiter := f.demand("busy", keycap.NewOwner(), 2, 1)
+	waiter := f.demand("busy", store.NewOwner(), 2, 1)
 	take(t, s, waiter, &longTicket, false)
 	if !release(t, s, light) {
 		t.Fatal("the light key's freed slot was not kept for it")
 	}
 	take(t, s, waiter, &longTicket, false)
 	time.Sleep(2100 * time.Millisecond)
-	release(t, s, f.demand("busy", keycap.NewOwner(), 2, 1)) // releases nothing: the Limiter's call after a keep
+	release(t, s, f.demand("busy", store.NewOwner(), 2, 1)) // releases nothing: the Limiter's call after a keep
 	take(t, s, waiter, &longTicket, true)
 }
 
@@ -458,13 +463,13 @@ func testKeepExpires(t *testing.T, open func() keycap.Store) {
 func testKidLapsed(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("lapsed", 4)
-	gone := f.demand("a", keycap.NewOwner(), 1, 1)
+	gone := f.demand("a", store.NewOwner(), 1, 1)
 	gone.TTL = 300 * time.Millisecond
 	take(t, s, gone, nil, true)
-	waiter := f.demand("a", keycap.NewOwner(), 1, 1)
+	waiter := f.demand("a", store.NewOwner(), 1, 1)
 	take(t, s, waiter, &longTicket, false) // a's own max
 	time.Sleep(500 * time.Millisecond)
 	take(t, s, waiter, &longTicket, true)
 	give(t, s, waiter, false)
-	take(t, s, f.demand("a", keycap.NewOwner(), 1, 1), nil, true)
+	take(t, s, f.demand("a", store.NewOwner(), 1, 1), nil, true)
 }

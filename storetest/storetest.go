@@ -1,6 +1,7 @@
-// Package storetest is the conformance suite of keycap.Store: every store
-// (memstore, redisstore on a single Redis and on Redis Cluster, pgstore) runs
-// it from its own tests, and a store written elsewhere can run it too:
+// Package storetest is the conformance suite of store.Store (keycap.Store):
+// every store (memstore, nullstore, redisstore on a single Redis and on
+// Redis Cluster, pgstore) runs it from its own tests, and a store written
+// elsewhere can run it too:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) func() keycap.Store {
@@ -12,7 +13,10 @@
 // The suite checks the contract through the Store interface, through a
 // keycap.Limiter on top of it, under load from several clients at once, and
 // through the front doors that need more than the three methods (connection
-// caps across nodes on a keycap.Syncer).
+// caps across nodes on a store with store.Members). Each test of a feature
+// runs on a store that declares it (Store.Features) and is skipped, saying
+// why, on one that does not; a store must then answer the feature's methods
+// with an error matching store.ErrNotSupported, which the suite checks too.
 package storetest
 
 import (
@@ -27,6 +31,7 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // Namespace returns a function that opens clients of one fresh, empty
@@ -104,6 +109,7 @@ func Run(t *testing.T, ns Namespace, opts ...Option) {
 			tc.fn(t, ns(t))
 		})
 	}
+	t.Run("Features", func(t *testing.T) { testFeatures(t, ns(t)) })
 	if !c.grantsAll {
 		t.Run("ConnCaps", func(t *testing.T) { testConnCaps(t, ns) })
 		t.Run("Lines", func(t *testing.T) { testLines(t, ns) })
@@ -120,12 +126,13 @@ type namedTest struct {
 }
 
 // runGroup runs each test on a fresh namespace of its own, skipped, saying
-// why, when the store lacks the capability the group checks (has).
-func runGroup(t *testing.T, ns Namespace, has func(keycap.Store) bool, why string, tests []namedTest) {
+// why, when the store does not declare the features the group checks
+// (need).
+func runGroup(t *testing.T, ns Namespace, need store.Features, why string, tests []namedTest) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			open := ns(t)
-			if !has(open()) {
+			if !open().Features().Has(need) {
 				t.Skip(why)
 			}
 			tc.fn(t, open)
@@ -140,14 +147,14 @@ func runGroup(t *testing.T, ns Namespace, has func(keycap.Store) bool, why strin
 func testGrantsEverything(t *testing.T, open func() keycap.Store) {
 	s := open()
 	p := pool("all")
-	owners := make([]keycap.Owner, 50)
+	owners := make([]store.Owner, 50)
 	for i := range owners {
-		owners[i] = keycap.NewOwner()
+		owners[i] = store.NewOwner()
 		mustAcquire(t, s, p, owners[i], 1, time.Minute, true)
 	}
-	batch := make([]keycap.Renewal, len(owners))
+	batch := make([]store.Renewal, len(owners))
 	for i, o := range owners {
-		batch[i] = keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute}
+		batch[i] = store.Renewal{Pool: p, Owner: o, TTL: time.Minute}
 	}
 	for _, r := range renew(t, s, batch...) {
 		if r.Lost {
@@ -158,28 +165,29 @@ func testGrantsEverything(t *testing.T, open func() keycap.Store) {
 		mustRelease(t, s, p, o)
 		mustRelease(t, s, p, o)
 	}
-	if pz, ok := s.(keycap.Pauser); ok {
-		if _, err := pz.Pause(ctx(t), p, time.Hour); err != nil {
+	has := s.Features()
+	if has.Has(store.Pauses) {
+		if _, err := s.Pause(ctx(t), p, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if left, err := pz.Paused(ctx(t), p); err != nil || left != 0 {
+		if left, err := s.Paused(ctx(t), p); err != nil || left != 0 {
 			t.Fatalf("Paused = %v, %v: a store that turns limits off pauses nothing", left, err)
 		}
 	}
-	if pc, ok := s.(keycap.Pacer); ok {
+	if has.Has(store.Paces) {
 		for range 100 {
-			if wait, err := pc.Pace(ctx(t), p, keycap.Rate{Events: 1, Period: time.Hour, Burst: 1}); err != nil || wait != 0 {
+			if wait, err := s.Pace(ctx(t), p, store.Rate{Events: 1, Period: time.Hour, Burst: 1}); err != nil || wait != 0 {
 				t.Fatalf("Pace = %v, %v: a store that turns limits off paces nothing", wait, err)
 			}
 		}
 	}
-	if m, ok := s.(keycap.Marker); ok {
-		if _, _, err := m.Mark(ctx(t), p, time.Minute); err != nil {
+	if has.Has(store.Marks) {
+		if _, _, err := s.Mark(ctx(t), p, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if sy, ok := s.(keycap.Syncer); ok {
-		if err := sy.Sync(ctx(t), keycap.NewNodeID("n"), time.Minute, []keycap.SyncPool{{Pool: p, Members: owners[:2]}}); err != nil {
+	if has.Has(store.Members) {
+		if err := s.Sync(ctx(t), store.NodeOf("n"), time.Minute, []store.SyncPool{{Pool: p, Members: owners[:2]}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,7 +204,7 @@ func testGrantsEverything(t *testing.T, open func() keycap.Store) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	lim := keycap.MustLimit("all", "k", 1)
+	lim := keycap.Spec{Name: "all", Max: 1}.For("k")
 	var leases []*keycap.Lease
 	for range 10 {
 		ls, err := l.Acquire(ctx(t), lim)
@@ -219,22 +227,33 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func pool(name string) keycap.PoolID { return keycap.NewPoolID("storetest", name) }
+// appPool returns the pool (name, key) of keycap.FamilyApp: the pool of
+// keycap.Spec{Name: name}.For(key).
+func appPool(name, key string) store.PoolID { return store.PoolOf(byte(keycap.FamilyApp), name, key) }
 
-func mustAcquire(t *testing.T, s keycap.Store, p keycap.PoolID, o keycap.Owner, max int, ttl time.Duration, want bool) {
+func pool(name string) store.PoolID { return appPool("storetest", name) }
+
+// acquire asks s for a plain slot of p for o and returns whether it was
+// granted.
+func acquire(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max int, ttl time.Duration) bool {
 	t.Helper()
-	got, err := s.Acquire(ctx(t), p, o, max, ttl)
+	g, err := s.Acquire(ctx(t), store.Demand{Pool: p, Owner: o, Max: max, TTL: ttl})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
-	if got != want {
+	return g.Granted
+}
+
+func mustAcquire(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max int, ttl time.Duration, want bool) {
+	t.Helper()
+	if got := acquire(t, s, p, o, max, ttl); got != want {
 		t.Fatalf("Acquire(max %d) = %v, want %v", max, got, want)
 	}
 }
 
-func mustRelease(t *testing.T, s keycap.Store, p keycap.PoolID, o keycap.Owner) {
+func mustRelease(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner) {
 	t.Helper()
-	if err := s.Release(ctx(t), p, o); err != nil {
+	if _, err := s.Release(ctx(t), store.Demand{Pool: p, Owner: o}, false); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
@@ -242,16 +261,12 @@ func mustRelease(t *testing.T, s keycap.Store, p keycap.PoolID, o keycap.Owner) 
 // held counts the leases of p by filling it: it acquires with fresh owners
 // until refused (max is large), then releases them. It returns how many
 // leases the pool held before.
-func held(t *testing.T, s keycap.Store, p keycap.PoolID, capacity int) int {
+func held(t *testing.T, s keycap.Store, p store.PoolID, capacity int) int {
 	t.Helper()
-	var probes []keycap.Owner
+	var probes []store.Owner
 	for {
-		o := keycap.NewOwner()
-		ok, err := s.Acquire(ctx(t), p, o, capacity, time.Minute)
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		if !ok {
+		o := store.NewOwner()
+		if !acquire(t, s, p, o, capacity, time.Minute) {
 			break
 		}
 		probes = append(probes, o)
@@ -269,21 +284,21 @@ func testGrantsUpToMax(t *testing.T, open func() keycap.Store) {
 	s := open()
 	for _, max := range []int{1, 3, 7} {
 		p := pool(fmt.Sprint("max", max))
-		owners := make([]keycap.Owner, max)
+		owners := make([]store.Owner, max)
 		for i := range owners {
-			owners[i] = keycap.NewOwner()
+			owners[i] = store.NewOwner()
 			mustAcquire(t, s, p, owners[i], max, time.Minute, true)
 		}
-		mustAcquire(t, s, p, keycap.NewOwner(), max, time.Minute, false)
+		mustAcquire(t, s, p, store.NewOwner(), max, time.Minute, false)
 		mustRelease(t, s, p, owners[0])
-		mustAcquire(t, s, p, keycap.NewOwner(), max, time.Minute, true)
-		mustAcquire(t, s, p, keycap.NewOwner(), max, time.Minute, false)
+		mustAcquire(t, s, p, store.NewOwner(), max, time.Minute, true)
+		mustAcquire(t, s, p, store.NewOwner(), max, time.Minute, false)
 	}
 }
 
 func testSameOwner(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, o := pool("same"), keycap.NewOwner()
+	p, o := pool("same"), store.NewOwner()
 	mustAcquire(t, s, p, o, 2, time.Minute, true)
 	mustAcquire(t, s, p, o, 2, time.Minute, true) // a retried call: not a second lease
 	if n := held(t, s, p, 10); n != 1 {
@@ -310,15 +325,9 @@ func testExpiry(t *testing.T, open func() keycap.Store) {
 	p := pool("expiry")
 	const ttl = 300 * time.Millisecond
 	start := time.Now()
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, ttl, true)
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, ttl, false)
-	waitFor(t, ttl+2*time.Second, func() bool {
-		ok, err := s.Acquire(ctx(t), p, keycap.NewOwner(), 1, time.Minute)
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		return ok
-	})
+	mustAcquire(t, s, p, store.NewOwner(), 1, ttl, true)
+	mustAcquire(t, s, p, store.NewOwner(), 1, ttl, false)
+	waitFor(t, ttl+2*time.Second, func() bool { return acquire(t, s, p, store.NewOwner(), 1, time.Minute) })
 	// A store whose clock runs ahead of ours may free it a little early, but
 	// not before half the TTL.
 	if el := time.Since(start); el < ttl/2 {
@@ -329,31 +338,25 @@ func testExpiry(t *testing.T, open func() keycap.Store) {
 func testStaleRelease(t *testing.T, open func() keycap.Store) {
 	s := open()
 	p := pool("stale")
-	a, b := keycap.NewOwner(), keycap.NewOwner()
+	a, b := store.NewOwner(), store.NewOwner()
 	mustAcquire(t, s, p, a, 1, 100*time.Millisecond, true)
-	waitFor(t, 3*time.Second, func() bool {
-		ok, err := s.Acquire(ctx(t), p, b, 1, time.Minute)
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		return ok
-	})
+	waitFor(t, 3*time.Second, func() bool { return acquire(t, s, p, b, 1, time.Minute) })
 	mustRelease(t, s, p, a) // late: a's lease expired and b holds the slot
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, false)
 }
 
 func testReleaseIdempotent(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, o := pool("idem"), keycap.NewOwner()
+	p, o := pool("idem"), store.NewOwner()
 	mustRelease(t, s, p, o) // never granted
 	mustAcquire(t, s, p, o, 1, time.Minute, true)
 	mustRelease(t, s, p, o)
 	mustRelease(t, s, p, o)
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, true)
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, true)
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, false)
 }
 
-func renew(t *testing.T, s keycap.Store, batch ...keycap.Renewal) []keycap.Renewal {
+func renew(t *testing.T, s keycap.Store, batch ...store.Renewal) []store.Renewal {
 	t.Helper()
 	if err := s.Renew(ctx(t), batch); err != nil {
 		t.Fatalf("Renew: %v", err)
@@ -368,32 +371,26 @@ func renew(t *testing.T, s keycap.Store, batch ...keycap.Renewal) []keycap.Renew
 
 func testRenewExtends(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, o := pool("renew"), keycap.NewOwner()
+	p, o := pool("renew"), store.NewOwner()
 	const ttl = 400 * time.Millisecond
 	mustAcquire(t, s, p, o, 1, ttl, true)
-	r := renew(t, s, keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute})
+	r := renew(t, s, store.Renewal{Pool: p, Owner: o, TTL: time.Minute})
 	if r[0].Lost {
 		t.Fatal("Renew reported a live lease lost")
 	}
 	// Past the original TTL the slot is still held.
 	time.Sleep(ttl + 200*time.Millisecond)
-	mustAcquire(t, s, p, keycap.NewOwner(), 1, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 1, time.Minute, false)
 }
 
 func testRenewLost(t *testing.T, open func() keycap.Store) {
 	s := open()
-	p, o, probe := pool("lost"), keycap.NewOwner(), keycap.NewOwner()
+	p, o, probe := pool("lost"), store.NewOwner(), store.NewOwner()
 	mustAcquire(t, s, p, o, 1, 100*time.Millisecond, true)
 	// Once another owner gets the only slot, o's lease has expired.
-	waitFor(t, 3*time.Second, func() bool {
-		ok, err := s.Acquire(ctx(t), p, probe, 1, time.Minute)
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		return ok
-	})
+	waitFor(t, 3*time.Second, func() bool { return acquire(t, s, p, probe, 1, time.Minute) })
 	mustRelease(t, s, p, probe)
-	r := renew(t, s, keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute})
+	r := renew(t, s, store.Renewal{Pool: p, Owner: o, TTL: time.Minute})
 	if !r[0].Lost {
 		t.Fatal("Renew after expiry did not report the lease lost")
 	}
@@ -405,15 +402,15 @@ func testRenewLost(t *testing.T, open func() keycap.Store) {
 
 func testRenewBatch(t *testing.T, open func() keycap.Store) {
 	s := open()
-	var batch []keycap.Renewal
+	var batch []store.Renewal
 	for i := range 5 {
-		p, o := pool(fmt.Sprint("batch", i)), keycap.NewOwner()
+		p, o := pool(fmt.Sprint("batch", i)), store.NewOwner()
 		mustAcquire(t, s, p, o, 1, time.Minute, true)
-		batch = append(batch, keycap.Renewal{Pool: p, Owner: o, TTL: time.Minute})
+		batch = append(batch, store.Renewal{Pool: p, Owner: o, TTL: time.Minute})
 	}
 	batch = append(batch,
-		keycap.Renewal{Pool: pool("batch0"), Owner: keycap.NewOwner(), TTL: time.Minute}, // unknown owner
-		keycap.Renewal{Pool: pool("batch-none"), Owner: keycap.NewOwner(), TTL: time.Minute},
+		store.Renewal{Pool: pool("batch0"), Owner: store.NewOwner(), TTL: time.Minute}, // unknown owner
+		store.Renewal{Pool: pool("batch-none"), Owner: store.NewOwner(), TTL: time.Minute},
 	)
 	mustRelease(t, s, batch[2].Pool, batch[2].Owner)
 	r := renew(t, s, batch...)
@@ -427,39 +424,39 @@ func testRenewBatch(t *testing.T, open func() keycap.Store) {
 func testChangeMax(t *testing.T, open func() keycap.Store) {
 	s := open()
 	p := pool("change")
-	owners := []keycap.Owner{keycap.NewOwner(), keycap.NewOwner(), keycap.NewOwner()}
+	owners := []store.Owner{store.NewOwner(), store.NewOwner(), store.NewOwner()}
 	for _, o := range owners {
 		mustAcquire(t, s, p, o, 3, time.Minute, true)
 	}
 	// Lowered to 2 while 3 are held: nobody gets in until fewer than 2 are.
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, false)
 	mustRelease(t, s, p, owners[0])
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, false)
 	mustRelease(t, s, p, owners[1])
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, true)
-	mustAcquire(t, s, p, keycap.NewOwner(), 2, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, true)
+	mustAcquire(t, s, p, store.NewOwner(), 2, time.Minute, false)
 	// Raised to 5: three more fit beside the two held.
 	for range 3 {
-		mustAcquire(t, s, p, keycap.NewOwner(), 5, time.Minute, true)
+		mustAcquire(t, s, p, store.NewOwner(), 5, time.Minute, true)
 	}
-	mustAcquire(t, s, p, keycap.NewOwner(), 5, time.Minute, false)
+	mustAcquire(t, s, p, store.NewOwner(), 5, time.Minute, false)
 }
 
 func testManyPools(t *testing.T, open func() keycap.Store) {
 	s := open()
-	owners := make([]keycap.Owner, 1000)
+	owners := make([]store.Owner, 1000)
 	for i := range owners {
-		owners[i] = keycap.NewOwner()
+		owners[i] = store.NewOwner()
 		mustAcquire(t, s, pool(fmt.Sprint("many", i)), owners[i], 1, time.Minute, true)
 	}
 	for i := range owners {
-		mustAcquire(t, s, pool(fmt.Sprint("many", i)), keycap.NewOwner(), 1, time.Minute, false)
+		mustAcquire(t, s, pool(fmt.Sprint("many", i)), store.NewOwner(), 1, time.Minute, false)
 	}
 	for i := range owners {
 		mustRelease(t, s, pool(fmt.Sprint("many", i)), owners[i])
 	}
 	for i := range owners {
-		mustAcquire(t, s, pool(fmt.Sprint("many", i)), keycap.NewOwner(), 1, time.Minute, true)
+		mustAcquire(t, s, pool(fmt.Sprint("many", i)), store.NewOwner(), 1, time.Minute, true)
 	}
 }
 
@@ -485,7 +482,7 @@ func testKeys(t *testing.T, open func() keycap.Store) {
 	keys := []string{"", "\x00", "\x00\x00", "\xff\xfe{}\r\n*1\r\n", "user:1", "user:1 ", string(huge), string(huge2)}
 	var leases []*keycap.Lease
 	for _, k := range keys {
-		lim := keycap.MustLimit("keys", k, 1)
+		lim := keycap.Spec{Name: "keys", Max: 1}.For(k)
 		ls, err := l.Acquire(ctx(t), lim)
 		if err != nil {
 			t.Fatalf("key of %d bytes: first Acquire: %v", len(k), err)
@@ -493,13 +490,13 @@ func testKeys(t *testing.T, open func() keycap.Store) {
 		leases = append(leases, ls)
 	}
 	for _, k := range keys {
-		_, err := l.Acquire(ctx(t), keycap.MustLimit("keys", k, 1))
+		_, err := l.Acquire(ctx(t), keycap.Spec{Name: "keys", Max: 1}.For(k))
 		if !errors.Is(err, keycap.ErrLimitExceeded) {
 			t.Fatalf("key of %d bytes: second Acquire: %v, want ErrLimitExceeded", len(k), err)
 		}
 	}
 	// The same key under another name is another pool.
-	ls, err := l.Acquire(ctx(t), keycap.MustLimit("other", "user:1", 1))
+	ls, err := l.Acquire(ctx(t), keycap.Spec{Name: "other", Max: 1}.For("user:1"))
 	if err != nil {
 		t.Fatalf("same key, other name: %v", err)
 	}
@@ -508,7 +505,7 @@ func testKeys(t *testing.T, open func() keycap.Store) {
 		ls.Release()
 	}
 	for _, k := range keys {
-		ls, err := l.Acquire(ctx(t), keycap.MustLimit("keys", k, 1))
+		ls, err := l.Acquire(ctx(t), keycap.Spec{Name: "keys", Max: 1}.For(k))
 		if err != nil {
 			t.Fatalf("key of %d bytes: Acquire after Release: %v", len(k), err)
 		}
@@ -518,13 +515,13 @@ func testKeys(t *testing.T, open func() keycap.Store) {
 
 func testKeepAlive(t *testing.T, open func() keycap.Store) {
 	l := newLimiter(t, open())
-	lim := keycap.MustLimit("keepalive", "k", 1, keycap.WithTTL(300*time.Millisecond))
+	lim := keycap.Spec{Name: "keepalive", Max: 1, TTL: 300 * time.Millisecond}.For("k")
 	ls, err := l.Acquire(ctx(t), lim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Held for four TTLs: the Limiter's renewals keep it.
-	deadline := time.Now().Add(4 * lim.TTL())
+	deadline := time.Now().Add(4 * lim.Spec().TTL)
 	for time.Now().Before(deadline) {
 		if _, err := l.Acquire(ctx(t), lim); !errors.Is(err, keycap.ErrLimitExceeded) {
 			t.Fatalf("while held: Acquire = %v, want ErrLimitExceeded", err)
@@ -543,18 +540,18 @@ func testKeepAlive(t *testing.T, open func() keycap.Store) {
 	ls2.Release()
 }
 
-// testMarks checks keycap.Marker, for the stores that implement it: a mark
+// testMarks checks store.Marks, for the stores that declare it: a mark
 // starts once, across clients, ages by the store's clock, and is forgotten
 // after its TTL.
 func testMarks(t *testing.T, open func() keycap.Store) {
-	a, ok := open().(keycap.Marker)
-	if !ok {
-		t.Skip("the store does not implement keycap.Marker")
+	a := open()
+	if !a.Features().Has(store.Marks) {
+		t.Skip("the store does not keep marks (store.Marks)")
 	}
-	b := open().(keycap.Marker)
-	mark := func(m keycap.Marker, id string, ttl time.Duration) (time.Duration, bool) {
+	b := open()
+	mark := func(m keycap.Store, id string, ttl time.Duration) (time.Duration, bool) {
 		t.Helper()
-		age, started, err := m.Mark(ctx(t), keycap.NewPoolID("storetest-mark", id), ttl)
+		age, started, err := m.Mark(ctx(t), appPool("storetest-mark", id), ttl)
 		if err != nil {
 			t.Fatalf("Mark: %v", err)
 		}
@@ -583,10 +580,10 @@ func testMarks(t *testing.T, open func() keycap.Store) {
 	var starters atomic.Int32
 	var wg sync.WaitGroup
 	for range 4 {
-		m := open().(keycap.Marker)
+		m := open()
 		for range 8 {
 			wg.Go(func() {
-				_, ok, err := m.Mark(context.Background(), keycap.NewPoolID("storetest-mark", "race"), time.Minute)
+				_, ok, err := m.Mark(context.Background(), appPool("storetest-mark", "race"), time.Minute)
 				if err != nil {
 					t.Error(err)
 				} else if ok {
@@ -601,16 +598,16 @@ func testMarks(t *testing.T, open func() keycap.Store) {
 	}
 }
 
-// testPauses checks keycap.Pauser: a pause is shared by every client, only
+// testPauses checks store.Pauses: a pause is shared by every client, only
 // ever extends (atomically, under concurrent pausers), and ends by itself.
 func testPauses(t *testing.T, open func() keycap.Store) {
-	a, ok := open().(keycap.Pauser)
-	if !ok {
-		t.Skip("the store does not implement keycap.Pauser")
+	a := open()
+	if !a.Features().Has(store.Pauses) {
+		t.Skip("the store keeps no pauses (store.Pauses)")
 	}
-	b := open().(keycap.Pauser)
-	id := keycap.NewPoolID("storetest-pause", "api")
-	paused := func(p keycap.Pauser) time.Duration {
+	b := open()
+	id := appPool("storetest-pause", "api")
+	paused := func(p keycap.Store) time.Duration {
 		t.Helper()
 		d, err := p.Paused(ctx(t), id)
 		if err != nil {
@@ -618,7 +615,7 @@ func testPauses(t *testing.T, open func() keycap.Store) {
 		}
 		return d
 	}
-	pause := func(p keycap.Pauser, d time.Duration) time.Duration {
+	pause := func(p keycap.Store, d time.Duration) time.Duration {
 		t.Helper()
 		left, err := p.Pause(ctx(t), id, d)
 		if err != nil {
@@ -644,7 +641,7 @@ func testPauses(t *testing.T, open func() keycap.Store) {
 		t.Fatalf("a longer pause did not extend: %s", left)
 	}
 	// A pause ends by itself.
-	short := keycap.NewPoolID("storetest-pause", "short")
+	short := appPool("storetest-pause", "short")
 	if _, err := a.Pause(ctx(t), short, 150*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -656,10 +653,10 @@ func testPauses(t *testing.T, open func() keycap.Store) {
 		return d == 0
 	})
 	// Concurrent pausers: the longest wins, whatever the order.
-	race := keycap.NewPoolID("storetest-pause", "race")
+	race := appPool("storetest-pause", "race")
 	var wg sync.WaitGroup
 	for i := range 32 {
-		p := open().(keycap.Pauser)
+		p := open()
 		wg.Go(func() {
 			if _, err := p.Pause(context.Background(), race, time.Duration(i+1)*time.Second); err != nil {
 				t.Error(err)
@@ -672,17 +669,17 @@ func testPauses(t *testing.T, open func() keycap.Store) {
 	}
 }
 
-// testPacing checks keycap.Pacer: a burst goes at once, then events are
+// testPacing checks store.Paces: a burst goes at once, then events are
 // spaced by the rate, across every client.
 func testPacing(t *testing.T, open func() keycap.Store) {
-	a, ok := open().(keycap.Pacer)
-	if !ok {
-		t.Skip("the store does not implement keycap.Pacer")
+	a := open()
+	if !a.Features().Has(store.Paces) {
+		t.Skip("the store keeps no paces (store.Paces)")
 	}
-	b := open().(keycap.Pacer)
-	id := keycap.NewPoolID("storetest-pace", "api")
-	rate := keycap.Rate{Events: 10, Period: time.Second, Burst: 3}
-	pace := func(p keycap.Pacer) time.Duration {
+	b := open()
+	id := appPool("storetest-pace", "api")
+	rate := store.Rate{Events: 10, Period: time.Second, Burst: 3}
+	pace := func(p keycap.Store) time.Duration {
 		t.Helper()
 		d, err := p.Pace(ctx(t), id, rate)
 		if err != nil {
@@ -691,7 +688,7 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 		return d
 	}
 	for i := range 3 {
-		if d := pace([]keycap.Pacer{a, b}[i%2]); d != 0 {
+		if d := pace([]keycap.Store{a, b}[i%2]); d != 0 {
 			t.Fatalf("event %d of the burst must go now, got wait %s", i+1, d)
 		}
 	}
@@ -701,19 +698,19 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 	}
 	time.Sleep(d) // the wait the pacer asked for
 	waitFor(t, time.Second, func() bool { return pace(a) == 0 })
-	if _, err := a.Pace(ctx(t), id, keycap.Rate{}); err == nil {
+	if _, err := a.Pace(ctx(t), id, store.Rate{}); err == nil {
 		t.Fatal("an invalid rate was accepted")
 	}
 
 	// Under load from several clients: over one second, at most the burst
 	// plus the rate's events.
-	load := keycap.NewPoolID("storetest-pace", "load")
+	load := appPool("storetest-pace", "load")
 	var allowed, last atomic.Int64 // last: the latest call's start, since start
 	stop := time.Now().Add(time.Second)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range 4 {
-		p := open().(keycap.Pacer)
+		p := open()
 		for range 4 {
 			wg.Go(func() {
 				for now := time.Now(); now.Before(stop); now = time.Now() {
@@ -748,18 +745,17 @@ func testPacing(t *testing.T, open func() keycap.Store) {
 	}
 }
 
-// testSync checks keycap.Syncer: a node's members become exactly its live
+// testSync checks store.Members: a node's members become exactly its live
 // ones — renewed, restored, ghosts dropped — and other nodes' are untouched.
 func testSync(t *testing.T, open func() keycap.Store) {
 	s := open()
-	sy, ok := s.(keycap.Syncer)
-	if !ok {
-		t.Skip("the store does not implement keycap.Syncer")
+	if !s.Features().Has(store.Members) {
+		t.Skip("the store keeps no members (store.Members)")
 	}
-	nodeA, nodeB := keycap.NewNodeID("a"), keycap.NewNodeID("b")
-	a1, a2, a3 := keycap.NodeOwner(nodeA, "1"), keycap.NodeOwner(nodeA, "2"), keycap.NodeOwner(nodeA, "3")
-	b1 := keycap.NodeOwner(nodeB, "1")
-	if a1 == b1 || keycap.NodeOwner(nodeA, "1") != a1 {
+	nodeA, nodeB := store.NodeOf("a"), store.NodeOf("b")
+	a1, a2, a3 := store.MemberOf(nodeA, "1"), store.MemberOf(nodeA, "2"), store.MemberOf(nodeA, "3")
+	b1 := store.MemberOf(nodeB, "1")
+	if a1 == b1 || store.MemberOf(nodeA, "1") != a1 {
 		t.Fatal("node owners must differ by node and be stable")
 	}
 	p, q := pool("sync-p"), pool("sync-q")
@@ -769,8 +765,8 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	mustAcquire(t, s, p, b1, 3, time.Minute, true)
 	mustAcquire(t, s, q, a3, 1, time.Minute, true)
 
-	batch := []keycap.SyncPool{{Pool: p, Members: []keycap.Owner{a1}}, {Pool: q}}
-	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
+	batch := []store.SyncPool{{Pool: p, Members: []store.Owner{a1}}, {Pool: q}}
+	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
 		t.Fatal(err)
 	}
 	for i, sp := range batch {
@@ -790,9 +786,9 @@ func testSync(t *testing.T, open func() keycap.Store) {
 		t.Fatalf("emptied pool holds %d members", n)
 	}
 	// A live member the store lost is restored, even beyond max.
-	mustAcquire(t, s, q, keycap.NewOwner(), 1, time.Minute, true)
-	batch = []keycap.SyncPool{{Pool: q, Members: []keycap.Owner{a3}}}
-	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	mustAcquire(t, s, q, store.NewOwner(), 1, time.Minute, true)
+	batch = []store.SyncPool{{Pool: q, Members: []store.Owner{a3}}}
+	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if n := held(t, s, q, 10); n != 2 {
@@ -801,11 +797,11 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	// A ghost among the node's own live members, with no other node's
 	// beside them, is dropped too.
 	r := pool("sync-r")
-	a4, a5 := keycap.NodeOwner(nodeA, "4"), keycap.NodeOwner(nodeA, "5")
+	a4, a5 := store.MemberOf(nodeA, "4"), store.MemberOf(nodeA, "5")
 	mustAcquire(t, s, r, a4, 3, time.Minute, true)
 	mustAcquire(t, s, r, a5, 3, time.Minute, true)
-	batch = []keycap.SyncPool{{Pool: r, Members: []keycap.Owner{a4}}}
-	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	batch = []store.SyncPool{{Pool: r, Members: []store.Owner{a4}}}
+	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if batch[0].Removed != 1 {
@@ -816,19 +812,19 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	}
 	// Thousands of members of one pool, restored, then half of them ghosts.
 	big := pool("sync-big")
-	many := make([]keycap.Owner, 5000)
+	many := make([]store.Owner, 5000)
 	for i := range many {
-		many[i] = keycap.NodeOwner(nodeA, fmt.Sprint("m", i))
+		many[i] = store.MemberOf(nodeA, fmt.Sprint("m", i))
 	}
-	batch = []keycap.SyncPool{{Pool: big, Members: many}}
-	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	batch = []store.SyncPool{{Pool: big, Members: many}}
+	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if n := held(t, s, big, len(many)+1); n != len(many) {
 		t.Fatalf("pool holds %d after restoring %d members", n, len(many))
 	}
-	batch = []keycap.SyncPool{{Pool: big, Members: many[:len(many)/2]}}
-	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	batch = []store.SyncPool{{Pool: big, Members: many[:len(many)/2]}}
+	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if batch[0].Removed != len(many)/2 {
@@ -839,8 +835,8 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	}
 	// A node that syncs nothing loses everything it had there: a1, a3 and
 	// the big pool's members.
-	batch = []keycap.SyncPool{{Pool: p}, {Pool: q}, {Pool: big}}
-	if err := sy.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
+	batch = []store.SyncPool{{Pool: p}, {Pool: q}, {Pool: big}}
+	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
 		t.Fatal(err)
 	}
 	if batch[0].Removed != 1 || batch[1].Removed != 1 || batch[2].Removed != len(many)/2 {
@@ -875,7 +871,7 @@ func testContention(t *testing.T, open func() keycap.Store, d time.Duration) {
 				defer wg.Done()
 				limits := make([]keycap.Limit, pools)
 				for i := range limits {
-					limits[i] = keycap.MustLimit("contention", fmt.Sprint(i), max, keycap.WithTTL(time.Minute))
+					limits[i] = keycap.Spec{Name: "contention", Max: max, TTL: time.Minute}.For(fmt.Sprint(i))
 				}
 				for i := c*perClient + g; time.Now().Before(stop); i++ {
 					p := i % pools

@@ -71,8 +71,7 @@ func run(addr string) error {
 		if json.Unmarshal(t.Payload(), &r) != nil {
 			return joblimit.Rule{}, false
 		}
-		return joblimit.MustRule("tenant:"+r.Tenant, 2,
-			joblimit.WithReleaseAfter(200*time.Millisecond)), true // demo-sized; the default is 10 s
+		return joblimit.MustRule("tenant:"+r.Tenant, keycap.Spec{Max: 2}, joblimit.WithReleaseAfter(200*time.Millisecond)), true // demo-sized; the default is 10 s
 	}
 	// Two servers, each with its own Redis client and Limiter: two machines.
 	for range 2 {

@@ -69,14 +69,14 @@ func run(keys, clients, max int, wait time.Duration) error {
 		tallies[k] = &tally{}
 		for c := range clients {
 			patient := c%2 == 0 // clients #1, #3, #5...
-			opts := []keycap.LimitOption{keycap.WithTTL(5 * time.Second)}
+			spec := keycap.Spec{Name: "demo", Max: max, TTL: 5 * time.Second}
 			if patient {
-				opts = append(opts, keycap.WithWait(wait))
+				spec.Wait = wait
 			}
-			limit, err := keycap.NewLimit("demo", names[k], max, opts...)
-			if err != nil {
+			if err := spec.Validate(); err != nil {
 				return err
 			}
+			limit := spec.For(names[k])
 			who := fmt.Sprintf("%s#%d", names[k], c+1)
 			t := tallies[k]
 			wg.Go(func() {

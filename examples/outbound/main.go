@@ -107,8 +107,8 @@ func run() error {
 		return err
 	}
 	defer limiter2.Close()
-	paced, err := pause.New(limiter2, pause.WithRate(func(api string) (keycap.Rate, bool) {
-		return keycap.Rate{Events: 5, Period: time.Second, Burst: 1}, true
+	paced, err := pause.New(limiter2, pause.WithRate(func(api string) (pause.Rate, bool) {
+		return pause.Rate{Events: 5, Period: time.Second, Burst: 1}, true
 	}))
 	if err != nil {
 		return err

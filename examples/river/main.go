@@ -62,7 +62,7 @@ func (w *ExportWorker) Middleware(job *rivertype.JobRow) []rivertype.WorkerMiddl
 			if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 				return joblimit.Rule{}, false
 			}
-			return joblimit.MustRule("customer:"+args.Customer, 2, joblimit.WithDeadline(time.Hour)), true
+			return joblimit.MustRule("customer:"+args.Customer, keycap.Spec{Max: 2}, joblimit.WithDeadline(time.Hour)), true
 		}),
 	}
 }

@@ -52,15 +52,15 @@ type Tally struct {
 
 // limits returns the limits of a job of tenant under c.
 func (c Config) limits(tenant string) []keycap.Limit {
-	wait := keycap.WithWait(time.Minute)
+	const wait = time.Minute
 	switch c.Mode {
 	case Parents:
 		p := keycap.MustParent(c.Name, c.Total)
-		return []keycap.Limit{keycap.MustLimit(c.Name, tenant, c.Total, keycap.WithParent(p), wait)}
+		return []keycap.Limit{keycap.Spec{Name: c.Name, Max: c.Total, Parent: p, Wait: wait}.For(tenant)}
 	case OneLine:
-		return []keycap.Limit{keycap.MustLimit(c.Name+":total", "", c.Total, wait)}
+		return []keycap.Limit{keycap.Spec{Name: c.Name + ":total", Max: c.Total, Wait: wait}.For("")}
 	case KeysOnly:
-		return []keycap.Limit{keycap.MustLimit(c.Name+":tenant", tenant, c.Total, wait)}
+		return []keycap.Limit{keycap.Spec{Name: c.Name + ":tenant", Max: c.Total, Wait: wait}.For(tenant)}
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ const CrashTTL = 2 * time.Second
 
 // CrashRule is the rule of the crash tests: one job at a time, key "crash".
 func CrashRule() joblimit.Rule {
-	return joblimit.MustRule("crash", 1, joblimit.WithTTL(CrashTTL))
+	return joblimit.MustRule("crash", keycap.Spec{Max: 1, TTL: CrashTTL})
 }
 
 // CheckKilledWorkerFreesSlot checks a job of the given kind, running under
@@ -42,7 +42,7 @@ func CheckKilledWorkerFreesSlot(t *testing.T, store keycap.Store, kind string, k
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	slot := keycap.MustLimit("job:"+kind, "crash", 1, keycap.WithFamily(keycap.FamilyJob))
+	slot := keycap.Spec{Name: "job:" + kind, Max: 1, Family: keycap.FamilyJob}.For("crash")
 	if _, err := probe.Acquire(ctx, slot); !errors.Is(err, keycap.ErrLimitExceeded) {
 		t.Fatalf("while the job runs its slot should be held: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkRedisSlot measures taking and giving back one slot on Redis,
@@ -40,12 +41,12 @@ func BenchmarkRedisSlot(b *testing.B) {
 			locks := redislock.New(c)
 			rs := redsync.New(goredis.NewPool(c))
 			ctx := context.Background()
-			pools := make([]keycap.PoolID, g)
+			pools := make([]store.PoolID, g)
 			limits := make([]keycap.Limit, g)
 			mutexes := make([]*redsync.Mutex, g)
 			for i := range g {
-				pools[i] = keycap.NewPoolID("peers", fmt.Sprint(i))
-				limits[i] = keycap.MustLimit("peers-limiter", fmt.Sprint(i), 1)
+				pools[i] = store.PoolOf(0, "peers", fmt.Sprint(i))
+				limits[i] = keycap.Spec{Name: "peers-limiter", Max: 1}.For(fmt.Sprint(i))
 				mutexes[i] = rs.NewMutex(fmt.Sprintf("%sredsync:%d", prefix, i), redsync.WithExpiry(time.Minute), redsync.WithTries(1))
 			}
 			ops := []struct {
@@ -54,11 +55,12 @@ func BenchmarkRedisSlot(b *testing.B) {
 			}{
 				{"ping", func(int) error { return c.Ping(ctx).Err() }},
 				{"keycap-store", func(w int) error {
-					o := keycap.NewOwner()
-					if ok, err := s.Acquire(ctx, pools[w], o, 1, time.Minute); err != nil || !ok {
-						return fmt.Errorf("acquire: %v %v", ok, err)
+					o := store.NewOwner()
+					if gr, err := s.Acquire(ctx, store.Demand{Pool: pools[w], Owner: o, Max: 1, TTL: time.Minute}); err != nil || !gr.Granted {
+						return fmt.Errorf("acquire: %v %v", gr.Granted, err)
 					}
-					return s.Release(ctx, pools[w], o)
+					_, err := s.Release(ctx, store.Demand{Pool: pools[w], Owner: o}, false)
+					return err
 				}},
 				{"keycap-limiter", func(w int) error {
 					ls, err := l.Acquire(ctx, limits[w])

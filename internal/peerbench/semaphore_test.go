@@ -10,6 +10,7 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/store"
 )
 
 // BenchmarkInProcessSlot measures taking and giving back one slot in
@@ -21,40 +22,41 @@ func BenchmarkInProcessSlot(b *testing.B) {
 	ctx := context.Background()
 	const room = 1 << 20
 	s := memstore.New()
-	pool := keycap.NewPoolID("bench", "k")
+	pool := store.PoolOf(0, "bench", "k")
 	l, err := keycap.NewLimiter(memstore.New())
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	limit := keycap.MustLimit("bench", "k", room, keycap.WithTTL(time.Minute))
+	limit := keycap.Spec{Name: "bench", Max: room, TTL: time.Minute}.For("k")
 	sem := semaphore.NewWeighted(room)
 	bh := bulkhead.New[any](room)
 	cases := []struct {
 		name string
-		op   func(o keycap.Owner) error // o: the goroutine's own owner token
+		op   func(o store.Owner) error // o: the goroutine's own owner token
 	}{
-		{"x-sync-semaphore", func(keycap.Owner) error {
+		{"x-sync-semaphore", func(store.Owner) error {
 			if err := sem.Acquire(ctx, 1); err != nil {
 				return err
 			}
 			sem.Release(1)
 			return nil
 		}},
-		{"failsafe-go-bulkhead", func(keycap.Owner) error {
+		{"failsafe-go-bulkhead", func(store.Owner) error {
 			if err := bh.AcquirePermit(ctx); err != nil {
 				return err
 			}
 			bh.ReleasePermit()
 			return nil
 		}},
-		{"memstore", func(o keycap.Owner) error {
-			if _, err := s.Acquire(ctx, pool, o, room, time.Minute); err != nil {
+		{"memstore", func(o store.Owner) error {
+			if _, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: o, Max: room, TTL: time.Minute}); err != nil {
 				return err
 			}
-			return s.Release(ctx, pool, o)
+			_, err := s.Release(ctx, store.Demand{Pool: pool, Owner: o}, false)
+			return err
 		}},
-		{"keycap-limiter", func(keycap.Owner) error { // a fresh owner per lease, inside
+		{"keycap-limiter", func(store.Owner) error { // a fresh owner per lease, inside
 			ls, err := l.Acquire(ctx, limit)
 			if err != nil {
 				return err
@@ -62,14 +64,14 @@ func BenchmarkInProcessSlot(b *testing.B) {
 			ls.Release()
 			return nil
 		}},
-		{"keycap-limiter-do", func(keycap.Owner) error { // Do: the lease is reused
+		{"keycap-limiter-do", func(store.Owner) error { // Do: the lease is reused
 			return l.Do(ctx, noop, limit)
 		}},
 	}
 	for _, c := range cases {
 		b.Run(c.name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()
-			o := keycap.NewOwner()
+			o := store.NewOwner()
 			for b.Loop() {
 				if err := c.op(o); err != nil {
 					b.Fatal(err)
@@ -79,7 +81,7 @@ func BenchmarkInProcessSlot(b *testing.B) {
 		b.Run(c.name+"/parallel", func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				o := keycap.NewOwner()
+				o := store.NewOwner()
 				for pb.Next() {
 					if err := c.op(o); err != nil {
 						b.Error(err)

@@ -1,13 +1,12 @@
-// Package storedoc checks that the doc comments of keycap's optional store
-// interfaces say which of keycap's stores implement them: each interface's
-// doc has a sentence "Implemented by a, b and c." and a store's tests call
-// Check, which fails when the store implements an interface whose doc does
-// not list it, or is listed by one it does not implement.
+// Package storedoc checks that the doc comment of each store feature says
+// which of keycap's stores declare it: each constant of store.Features has a
+// sentence "Implemented by a, b and c." and a store's tests call Check,
+// which fails when the store declares a feature whose doc does not list it,
+// or is listed by one it does not declare.
 package storedoc
 
 import (
 	"go/ast"
-	"go/doc"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -16,101 +15,96 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
-
-// interfaces are the interfaces a store may implement, by name.
-var interfaces = map[string]func(keycap.Store) bool{
-	"Store":       func(keycap.Store) bool { return true },
-	"NonBlocking": func(s keycap.Store) bool { _, ok := s.(keycap.NonBlocking); return ok },
-	"Marker":      func(s keycap.Store) bool { _, ok := s.(keycap.Marker); return ok },
-	"Pauser":      func(s keycap.Store) bool { _, ok := s.(keycap.Pauser); return ok },
-	"Pacer":       func(s keycap.Store) bool { _, ok := s.(keycap.Pacer); return ok },
-	"Syncer":      func(s keycap.Store) bool { _, ok := s.(keycap.Syncer); return ok },
-	"Partitioner": func(s keycap.Store) bool { _, ok := s.(keycap.Partitioner); return ok },
-	"Liner":       func(s keycap.Store) bool { _, ok := s.(keycap.Liner); return ok },
-	"Notifier":    func(s keycap.Store) bool { _, ok := s.(keycap.Notifier); return ok },
-	"Sharer":      func(s keycap.Store) bool { _, ok := s.(keycap.Sharer); return ok },
-	"Inspector":   func(s keycap.Store) bool { _, ok := s.(keycap.Inspector); return ok },
-	"Overrider":   func(s keycap.Store) bool { _, ok := s.(keycap.Overrider); return ok },
-	"Pinner":      func(s keycap.Store) bool { _, ok := s.(keycap.Pinner); return ok },
-
-	"AsyncReleaser": func(s keycap.Store) bool { _, ok := s.(keycap.AsyncReleaser); return ok },
-}
 
 var implementedBy = regexp.MustCompile(`Implemented by ([a-z, ]+?)(?:;|\.)`)
 
-// Documented returns, for each of keycap's store interfaces, the stores its
-// doc comment says implement it.
-func Documented(t testing.TB) map[string][]string {
+// Documented returns, for each feature of package store, the stores its doc
+// comment says implement it.
+func Documented(t testing.TB) map[store.Features][]string {
 	t.Helper()
 	_, self, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("no source location for storedoc")
 	}
-	root := filepath.Join(filepath.Dir(self), "..", "..") // the core module: package keycap
-	fset := token.NewFileSet()
-	paths, err := filepath.Glob(filepath.Join(root, "*.go"))
+	path := filepath.Join(filepath.Dir(self), "..", "..", "store", "store.go")
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list []*ast.File
-	for _, path := range paths {
-		if strings.HasSuffix(path, "_test.go") {
+	out := map[store.Features][]string{}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
 			continue
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f.Name.Name == "keycap" {
-			list = append(list, f)
+		bit := -1
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if len(vs.Names) != 1 || vs.Names[0].Name == "AllFeatures" {
+				continue
+			}
+			if vs.Values != nil {
+				if len(vs.Values) != 1 || !strings.Contains(types(vs.Values[0]), "iota") {
+					continue // another const block
+				}
+				bit = 0
+			} else if bit < 0 {
+				continue
+			} else {
+				bit++
+			}
+			name := vs.Names[0].Name
+			if name == "lastFeature" {
+				break
+			}
+			text := strings.Join(strings.Fields(vs.Doc.Text()), " ")
+			m := implementedBy.FindStringSubmatch(text)
+			if m == nil {
+				t.Errorf("the doc of store.%s does not say which stores implement it (\"Implemented by …\")", name)
+				continue
+			}
+			out[store.Features(1)<<bit] = strings.FieldsFunc(strings.ReplaceAll(m[1], " and ", ","), func(r rune) bool { return r == ',' || r == ' ' })
 		}
 	}
-	if len(list) == 0 {
-		t.Fatalf("no package keycap in %s", root)
-	}
-	p, err := doc.NewFromFiles(fset, list, "github.com/keycap/keycap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]string{}
-	for _, typ := range p.Types {
-		if _, ok := interfaces[typ.Name]; !ok {
-			continue
-		}
-		text := strings.Join(strings.Fields(typ.Doc), " ")
-		m := implementedBy.FindStringSubmatch(text)
-		if m == nil {
-			t.Errorf("the doc of keycap.%s does not say which stores implement it (\"Implemented by …\")", typ.Name)
-			continue
-		}
-		out[typ.Name] = strings.FieldsFunc(strings.ReplaceAll(m[1], " and ", ","), func(r rune) bool { return r == ',' || r == ' ' })
-	}
-	for name := range interfaces {
-		if _, ok := out[name]; !ok && !t.Failed() {
-			t.Errorf("keycap.%s has no doc listing its stores", name)
+	for f := store.Features(1); f < store.AllFeatures; f <<= 1 {
+		if _, ok := out[f]; !ok && !t.Failed() {
+			t.Errorf("store feature %s has no doc listing its stores", f)
 		}
 	}
 	return out
 }
 
-// Check fails t if the doc of an interface that store (named name, as the
-// docs spell it) implements does not list it, or lists it though it does not
-// implement the interface.
-func Check(t testing.TB, name string, store keycap.Store) {
+// types renders an expression's identifiers, enough to spot iota.
+func types(e ast.Expr) string {
+	var b strings.Builder
+	ast.Inspect(e, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok {
+			b.WriteString(id.Name + " ")
+		}
+		return true
+	})
+	return b.String()
+}
+
+// Check fails t if the doc of a feature that s (named name, as the docs
+// spell it) declares does not list it, or lists it though s does not
+// declare it.
+func Check(t testing.TB, name string, s store.Store) {
 	t.Helper()
 	docs := Documented(t)
-	for iface, implements := range interfaces {
+	has := s.Features()
+	for f, stores := range docs {
 		listed := false
-		for _, n := range docs[iface] {
+		for _, n := range stores {
 			listed = listed || n == name
 		}
-		switch got := implements(store); {
+		switch got := has.Has(f); {
 		case got && !listed:
-			t.Errorf("%s implements keycap.%s, but its doc does not list %s (it lists %v)", name, iface, name, docs[iface])
+			t.Errorf("%s declares %s, but its doc does not list %s (it lists %v)", name, f, name, stores)
 		case !got && listed:
-			t.Errorf("the doc of keycap.%s lists %s, which does not implement it", iface, name)
+			t.Errorf("the doc of %s lists %s, which does not declare it", f, name)
 		}
 	}
 }

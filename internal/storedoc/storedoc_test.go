@@ -2,45 +2,50 @@ package storedoc_test
 
 import (
 	"context"
+	"math/bits"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/storedoc"
+	"github.com/keycap/keycap/store"
 )
 
-func TestEveryInterfaceListsItsStores(t *testing.T) {
+func TestEveryFeatureListsItsStores(t *testing.T) {
 	docs := storedoc.Documented(t)
-	if got := strings.Join(docs["Marker"], " "); got != "memstore nullstore pgstore redisstore" {
-		t.Errorf("Marker lists %q", got)
+	if got := strings.Join(docs[store.Marks], " "); got != "memstore nullstore pgstore redisstore" {
+		t.Errorf("Marks lists %q", got)
 	}
-	if got := strings.Join(docs["Partitioner"], " "); got != "redisstore" {
-		t.Errorf("Partitioner lists %q", got)
+	if got := strings.Join(docs[store.Partitions], " "); got != "redisstore" {
+		t.Errorf("Partitions lists %q", got)
+	}
+	if len(docs) != bits.OnesCount32(uint32(store.AllFeatures)) {
+		t.Errorf("%d features documented, want every one of %s", len(docs), store.AllFeatures)
 	}
 }
 
-// bare implements Store alone.
-type bare struct{}
+// bare has no feature.
+type bare struct{ store.Unsupported }
 
-func (bare) Acquire(context.Context, keycap.PoolID, keycap.Owner, int, time.Duration) (bool, error) {
-	return true, nil
+func (bare) Acquire(context.Context, store.Demand) (store.Grant, error) {
+	return store.Grant{Granted: true}, nil
 }
-func (bare) Release(context.Context, keycap.PoolID, keycap.Owner) error { return nil }
-func (bare) Renew(context.Context, []keycap.Renewal) error              { return nil }
+func (bare) Release(context.Context, store.Demand, bool) (bool, error) { return false, nil }
+func (bare) Renew(context.Context, []store.Renewal) error              { return nil }
 
-// TestCheckFails: a store listed where it implements nothing, and one that
-// implements an interface without being listed, are both caught.
+// inProcess declares one feature.
+type inProcess struct{ bare }
+
+func (inProcess) Features() store.Features { return store.InProcess }
+
+// TestCheckFails: a store listed where it declares nothing, and one that
+// declares a feature without being listed, are both caught.
 func TestCheckFails(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		store keycap.Store
+		store store.Store
 	}{
-		{"memstore", bare{}}, // listed under Marker and others, implements none
-		{"mystore", struct {
-			bare
-			keycap.NonBlocking
-		}{}}, // implements NonBlocking, listed nowhere
+		{"memstore", bare{}},     // listed under Marks and others, declares none
+		{"mystore", inProcess{}}, // declares InProcess, listed nowhere
 	} {
 		ft := &fakeT{TB: t}
 		storedoc.Check(ft, tc.name, tc.store)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
+	"github.com/keycap/keycap/store"
 )
 
 // The admin API and page (docs/gateway.md, "Admin API"): on the admin
@@ -132,7 +134,7 @@ type LimitSummary struct {
 	InUse     int        `json:"in_use"` // slots held, over every key
 	Waiting   int        `json:"waiting"`
 	Busiest   []KeyUsage `json:"busiest"`
-	Refusals  int        `json:"recent_refusals"`     // this gateway's, within keycap.RefusalWindow
+	Refusals  int        `json:"recent_refusals"`     // this gateway's, within the last 10 s
 	PerSecond float64    `json:"refusals_per_second"` // the same, per second
 	Truncated bool       `json:"truncated,omitempty"` // more pools than a summary reads
 }
@@ -215,7 +217,7 @@ func (s *Server) summary(ctx context.Context) Summary {
 	cfg := rt.cfg
 	lim := rt.backend.limiter
 	show := cfg.AdminAPI.ShowKeys
-	sum := Summary{Node: lim.Node(), At: time.Now().UTC()}
+	sum := Summary{Node: frontdoor.Node(lim), At: time.Now().UTC()}
 	problem := func(what string, err error) {
 		sum.Problems = append(sum.Problems, what+": "+err.Error())
 	}
@@ -250,7 +252,7 @@ func (s *Server) summary(ctx context.Context) Summary {
 		}
 		ls.Truncated = truncated
 		ls.PerSecond = rate
-		ls.Refusals = int(rate*keycap.RefusalWindow.Seconds() + 0.5)
+		ls.Refusals = int(rate*refusalWindow.Seconds() + 0.5)
 		for _, rep := range reports {
 			ls.Keys++
 			ls.InUse += rep.Held
@@ -281,9 +283,9 @@ func (s *Server) summary(ctx context.Context) Summary {
 			sum.Apps = append(sum.Apps, as)
 		}
 	}
-	if ins, ok := rt.backend.store.(keycap.Inspector); ok {
+	if st := rt.backend.store; st.Features().Has(store.Inspection) {
 		for _, what := range []string{"pause", "pace"} {
-			page, err := ins.InspectPauses(ctx, keycap.PageQuery{Tag: keycap.TagOf(keycap.FamilyPause, what)})
+			page, err := st.InspectPauses(ctx, store.PageQuery{Tag: store.TagOf(byte(keycap.FamilyPause), what)})
 			if err != nil {
 				problem("pauses", err)
 				break
@@ -295,7 +297,7 @@ func (s *Server) summary(ctx context.Context) Summary {
 	}
 	if ovs, err := lim.Overrides(ctx); err == nil {
 		sum.Overrides = overrideViews(ovs, show)
-	} else if !errors.Is(err, keycap.ErrNoOverrider) {
+	} else if !errors.Is(err, keycap.ErrNotSupported) {
 		problem("overrides", err)
 	}
 	return sum
@@ -337,14 +339,7 @@ func (s *Server) usage(rt *router, pool string, shadow bool, rep keycap.PoolRepo
 			if l.Shadow != shadow || !keyFrom(rep.Key, src) {
 				continue
 			}
-			opts := []keycap.LimitOption{}
-			if shadow {
-				opts = append(opts, keycap.WithShadow())
-			}
-			base, err := keycap.NewLimit(pool, rep.Key, *l.Max, opts...)
-			if err != nil {
-				return u
-			}
+			base := keycap.Spec{Name: pool, Max: *l.Max, Shadow: shadow}.For(rep.Key)
 			eff := rt.backend.limiter.Overridden(base)
 			u.Max, u.Overridden = eff.Max(), eff.Max() != base.Max()
 			return u
@@ -362,12 +357,12 @@ func keyFrom(key string, src keySource) bool {
 }
 
 func connLimit(app, user string, cap int) keycap.Limit {
-	l, err := keycap.NewLimit(app, user, cap, keycap.WithFamily(keycap.FamilyConn))
-	if err != nil {
-		return keycap.Limit{}
-	}
-	return l
+	return keycap.Spec{Name: app, Max: cap, Family: keycap.FamilyConn}.For(user)
 }
+
+// refusalWindow is how far back the Limiter's refusal rate looks
+// (keycap.Report.RefusalsPerSecond).
+const refusalWindow = 10 * time.Second
 
 // keyOf is a pool's key as the admin API shows it.
 func keyOf(rep keycap.PoolReport, show bool) string {

@@ -105,16 +105,16 @@ type TimeoutsConfig struct {
 
 // StoreConfig says where slots live.
 type StoreConfig struct {
-	Type     string   `yaml:"type"`   // memory (default), redis, sentinel, cluster, none
-	URL      string   `yaml:"url"`    // redis: redis:// or rediss:// URL
-	Addrs    []string `yaml:"addrs"`  // sentinel: sentinels; cluster: seeds
-	Master   string   `yaml:"master"` // sentinel: the master's name
-	Username string   `yaml:"username"`
-	Password string   `yaml:"password"`
-	TLS      bool     `yaml:"tls"` // sentinel, cluster
-	Prefix   string   `yaml:"prefix"`
-	FailMode string   `yaml:"fail_mode"` // limits' default: open (default) or closed
-	Budget   Duration `yaml:"budget"`    // a decision's time budget, default 250ms
+	Type     string          `yaml:"type"`   // memory (default), redis, sentinel, cluster, none
+	URL      string          `yaml:"url"`    // redis: redis:// or rediss:// URL
+	Addrs    []string        `yaml:"addrs"`  // sentinel: sentinels; cluster: seeds
+	Master   string          `yaml:"master"` // sentinel: the master's name
+	Username string          `yaml:"username"`
+	Password string          `yaml:"password"`
+	TLS      bool            `yaml:"tls"` // sentinel, cluster
+	Prefix   string          `yaml:"prefix"`
+	FailMode keycap.FailMode `yaml:"fail_mode"` // limits' default: open (default) or closed
+	Budget   Duration        `yaml:"budget"`    // a decision's time budget, default 250ms
 }
 
 // ClientIPConfig says how a client's address is found.
@@ -159,15 +159,15 @@ const (
 
 // LimitConfig is one limit of a route.
 type LimitConfig struct {
-	Max        *int      `yaml:"max"`
-	Key        string    `yaml:"key"` // ip (default), header:NAME, cookie:NAME, claim:NAME
-	OnMissing  string    `yaml:"on_missing"`
-	Wait       Duration  `yaml:"wait"`
-	RetryAfter *Duration `yaml:"retry_after"`
-	TTL        *Duration `yaml:"ttl"` // default 30s; at least 1ms
-	FailMode   string    `yaml:"fail_mode"`
-	Budget     Duration  `yaml:"budget"` // default the store's
-	Shadow     bool      `yaml:"shadow"` // decides and reports, never refuses (a candidate cap)
+	Max        *int            `yaml:"max"`
+	Key        string          `yaml:"key"` // ip (default), header:NAME, cookie:NAME, claim:NAME
+	OnMissing  string          `yaml:"on_missing"`
+	Wait       Duration        `yaml:"wait"`
+	RetryAfter *Duration       `yaml:"retry_after"`
+	TTL        *Duration       `yaml:"ttl"` // 0 or none: 30s; else at least 1ms
+	FailMode   keycap.FailMode `yaml:"fail_mode"`
+	Budget     Duration        `yaml:"budget"` // default the store's
+	Shadow     bool            `yaml:"shadow"` // decides and reports, never refuses (a candidate cap)
 
 	// Weights and fair shares (keycap.Parent).
 	Weight  int            `yaml:"weight"`   // slots each request takes; default 1
@@ -478,12 +478,6 @@ func (v *validator) addr(path []any, s string) {
 	}
 }
 
-func (v *validator) failMode(path []any, s string) {
-	if s != "" && s != "open" && s != "closed" {
-		v.errf(path, "invalid fail mode %q: open or closed", s)
-	}
-}
-
 func (v *validator) nonNegative(path []any, d Duration) {
 	if d < 0 {
 		v.errf(path, "must be at least 0")
@@ -634,7 +628,6 @@ func (v *validator) store(s *StoreConfig) {
 	if strings.ContainsAny(s.Prefix, "{}") {
 		v.errf(p("store", "prefix"), "must not contain { or }")
 	}
-	v.failMode(p("store", "fail_mode"), s.FailMode)
 	v.nonNegative(p("store", "budget"), s.Budget)
 }
 
@@ -668,42 +661,78 @@ func (v *validator) parents(ps []ParentConfig) map[string]int {
 	return out
 }
 
-// sharing checks a limit's weight, parent and shares.
-func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, parents map[string]int) {
-	max := 0
+// specFields names, for each field of keycap.Spec, the field of a limit
+// that sets it.
+var specFields = map[string]string{"Name": "name", "Max": "max", "TTL": "ttl", "Wait": "wait", "Budget": "budget",
+	"FailMode": "fail_mode", "Weight": "weight", "Parent": "parent", "Share": "share", "Minimum": "min"}
+
+// spec checks the keycap.Spec a limit makes (LimitConfig.spec) as keycap
+// checks every spec, and names the limit's field that is wrong.
+func (v *validator) spec(lp func(string) []any, l LimitConfig, pool string, parents map[string]int) {
+	var parent *keycap.Parent
+	if max, ok := parents[l.Parent]; ok && l.Parent != "" {
+		parent, _ = keycap.NewParent(l.Parent, max) // named as in the file
+	}
+	sp := l.spec(parent)
+	sp.Name = pool
+	if l.Parent != "" && parent == nil {
+		sp.Share, sp.Minimum = 0, 0 // an unknown parent, reported on its own
+	}
+	err := sp.Validate()
+	var all interface{ Unwrap() []error }
+	errs := []error{err}
+	if errors.As(err, &all) {
+		errs = all.Unwrap()
+	}
+	for _, e := range errs {
+		var inv *keycap.InvalidLimitError
+		if errors.As(e, &inv) {
+			field := specFields[inv.Field]
+			if field == "" {
+				field = "max"
+			}
+			v.errf(lp(field), "%s, not %s", inv.Reason, inv.Value)
+		}
+	}
+}
+
+// spec returns the keycap.Spec of l, under parent (nil: none): its name is
+// the route's pool, set by httplimit.
+func (l LimitConfig) spec(parent *keycap.Parent) keycap.Spec {
+	s := keycap.Spec{Wait: time.Duration(l.Wait), Budget: time.Duration(l.Budget), FailMode: l.FailMode,
+		Weight: l.Weight, Parent: parent, Share: l.Share, Minimum: l.Min, Shadow: l.Shadow}
 	if l.Max != nil {
-		max = *l.Max
+		s.Max = *l.Max
 	}
-	switch {
-	case l.Weight < 0:
-		v.errf(lp("weight"), "must be at least 1, not %d", l.Weight)
-	case l.Weight > 0 && max > 0 && l.Weight > max:
-		v.errf(lp("weight"), "%d is above the limit's max %d: no request could ever be granted", l.Weight, max)
+	if l.TTL != nil {
+		s.TTL = time.Duration(*l.TTL)
 	}
+	return s
+}
+
+// sharing checks what a limit's shares add to its spec: the parent it
+// names, and the shares read from the request.
+func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, parents map[string]int) {
 	if l.Parent == "" {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"share", l.Share != 0}, {"shares", len(l.Shares) > 0}, {"share_by", l.ShareBy != ""}, {"min", l.Min != 0}} {
+		}{{"shares", len(l.Shares) > 0}, {"share_by", l.ShareBy != ""}} {
 			if f.set {
 				v.errf(lp(f.name), "needs parent: (a share is of a parent's total)")
 			}
 		}
 		return
 	}
-	pmax, ok := parents[l.Parent]
-	switch {
-	case !ok:
+	if _, ok := parents[l.Parent]; !ok {
 		names := make([]string, 0, len(c.Parents))
 		for _, pc := range c.Parents {
 			names = append(names, pc.Name)
 		}
 		v.errf(lp("parent"), "unknown parent %q (parents: %s)", l.Parent, strings.Join(names, ", "))
-	case max > pmax:
-		v.errf(lp("max"), "%d is above its parent %q's max %d", max, l.Parent, pmax)
 	}
-	if l.Share < 0 || l.Share > MaxShare {
-		v.errf(lp("share"), "must be between 1 and %d, not %d", MaxShare, l.Share)
+	if l.Share > MaxShare {
+		v.errf(lp("share"), "must be at most %d, not %d", MaxShare, l.Share)
 	}
 	for k, n := range l.Shares {
 		if n < 1 || n > MaxShare {
@@ -712,9 +741,6 @@ func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, par
 	}
 	if len(l.Shares) > 0 && l.ShareBy == "" && (l.Key == "" || l.Key == "ip") {
 		v.errf(lp("shares"), "a table of client addresses is not supported: look shares up by share_by: (a header or a claim)")
-	}
-	if l.Min < 0 || l.Min > max {
-		v.errf(lp("min"), "must be between 0 and the limit's max %d, not %d", max, l.Min)
 	}
 	if l.ShareBy != "" {
 		src, err := parseKey(l.ShareBy)
@@ -787,21 +813,14 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 	parentsUsed := map[string]bool{}
 	for j, l := range r.Limits {
 		lp := func(f string) []any { return rp("limits", j, f) }
-		switch {
-		case l.Max == nil:
+		if l.Max == nil {
 			v.errf(lp("max"), "required: requests in flight per key (0 refuses every request)")
-		case *l.Max < 0:
-			v.errf(lp("max"), "must be at least 0, not %d", *l.Max)
-		}
-		v.nonNegative(lp("wait"), l.Wait)
-		if l.TTL != nil && time.Duration(*l.TTL) < time.Millisecond {
-			v.errf(lp("ttl"), "must be at least 1ms")
+		} else {
+			v.spec(lp, l, pool, parents)
 		}
 		if l.RetryAfter != nil && *l.RetryAfter < 0 {
 			v.errf(lp("retry_after"), "must be at least 0 (0 sends no Retry-After)")
 		}
-		v.failMode(lp("fail_mode"), l.FailMode)
-		v.nonNegative(lp("budget"), l.Budget)
 		v.sharing(lp, l, c, parents)
 		if l.Parent != "" {
 			if parentsUsed[l.Parent+shadowMark(l.Shadow)] {
@@ -859,7 +878,7 @@ func sameLimits(a, b []LimitConfig) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || !sameDuration(x.TTL, y.TTL) || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing || x.Budget != y.Budget || x.Shadow != y.Shadow {
+		if (x.Max == nil) != (y.Max == nil) || (x.Max != nil && *x.Max != *y.Max) || x.Key != y.Key || x.Wait != y.Wait || ttlOf(x) != ttlOf(y) || x.FailMode != y.FailMode || x.OnMissing != y.OnMissing || x.Budget != y.Budget || x.Shadow != y.Shadow {
 			return false
 		}
 		// The weight may differ: routes of one pool that cost more or less.
@@ -870,7 +889,13 @@ func sameLimits(a, b []LimitConfig) bool {
 	return true
 }
 
-func sameDuration(a, b *Duration) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+// ttlOf is a limit's TTL as its spec has it: none and 0 are the default.
+func ttlOf(l LimitConfig) Duration {
+	if l.TTL == nil {
+		return 0
+	}
+	return *l.TTL
+}
 
 func (v *validator) pusher(pc *PusherConfig) {
 	if pc.Upstream != "" {

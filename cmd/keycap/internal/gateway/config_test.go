@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,13 +81,12 @@ routes:
 			"line 5, column 15: routes[0].methods[0]: invalid method \"post\"",
 			"line 7, column 14: routes[0].limits[0].max: must be at least 0",
 			"line 8, column 14: routes[0].limits[0].key: invalid key \"header\"",
-			"line 9, column 20: routes[0].limits[0].fail_mode: invalid fail mode",
-			"line 11, column 14: routes[0].limits[1].ttl: must be at least 1ms",
+			"line 9, column 20: routes[0].limits[0].fail_mode: invalid \"maybe\": must be \"open\" or \"closed\"",
+			"line 11, column 14: routes[0].limits[1].ttl: must be at least 1ms (or 0 for the default), not 100µs",
 			"line 12, column 21: routes[0].limits[1].on_missing: invalid \"guess\"",
 		}},
 		{"bad route pattern", "upstream: http://x\nroutes:\n  - {name: a, path: \"/a/{x\", limits: [{max: 1}]}\n", []string{"line 3, column 21: routes[0].path: parsing \"/a/{x\""}},
 		{"conflicting routes", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1}]}\n  - {name: b, path: /a, limits: [{max: 1}]}\n", []string{"line 4, column 21: routes[1].path: pattern \"/a\" conflicts with pattern \"/a\""}},
-		{"zero ttl", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, ttl: 0s}]}\n", []string{"routes[0].limits[0].ttl: must be at least 1ms"}},
 		{"missing max", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits:\n      - key: ip\n", []string{"line 6, column 9: routes[0].limits[0].max: required"}},
 		{"two limits on one key", "upstream: http://x\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, key: \"header:x-user\"}, {max: 2, key: \"header:X-User\"}]}\n", []string{"routes[0].limits[1].key: two limits of one route on the same key \"header:X-User\""}},
 		{"claim without jwt", "upstream: http://x\nroutes:\n  - name: a\n    path: /a\n    limits: [{max: 1, key: \"claim:sub\"}]\n", []string{"needs the jwt section"}},
@@ -144,12 +145,12 @@ routes:
 			"line 4, column 12: parents[1].name: two parents named \"exports\"",
 			"line 4, column 26: parents[1].max: must be at least 1",
 			"line 5, column 37: parents[2].parent: a parent has no parent",
-			"line 10, column 14: routes[0].limits[0].max: 12 is above its parent \"exports\"'s max 10",
-			"line 12, column 17: routes[0].limits[0].weight: 13 is above the limit's max 12",
-			"line 13, column 14: routes[0].limits[0].min: must be between 0 and the limit's max 12",
+			"line 10, column 14: routes[0].limits[0].max: must be at most its parent \"exports\"'s max (10), not 12",
+			"line 12, column 17: routes[0].limits[0].weight: must be at most the limit's max (12): no lease could ever be granted, not 13",
+			"line 13, column 14: routes[0].limits[0].min: must be between 0 and the limit's max (12), not 20",
 			"line 14, column 24: routes[0].limits[0].shares.acme: must be between 1 and",
 			"line 17, column 17: routes[0].limits[1].parent: unknown parent \"nowhere\" (parents: exports, exports, chained)",
-			"line 20, column 16: routes[0].limits[2].share: needs parent:",
+			"line 20, column 16: routes[0].limits[2].share: needs a parent, not 3",
 			"line 21, column 19: routes[0].limits[2].share_by: needs parent:",
 			"routes[0].limits[0].weight",
 			"line 25, column 62: routes[1].limits[0].share_by: a header is set by the client",
@@ -203,6 +204,26 @@ func TestRelativeFilesAreReadFromTheConfigsFolder(t *testing.T) {
 	}
 	if cfg.JWT.PublicKeyFile != filepath.Join(dir, "key.pem") {
 		t.Fatalf("key file %q", cfg.JWT.PublicKeyFile)
+	}
+}
+
+// TestZeroTTLIsTheDefault: a limit's ttl: 0 means the default TTL, as a
+// keycap.Spec's does: the file is accepted and the limit serves requests.
+func TestZeroTTLIsTheDefault(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	config := "upstream: " + up.URL + "\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, key: \"header:X-User\", ttl: 0s}]}\n"
+	cfg, err := gateway.ParseConfig("test.yaml", []byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl := cfg.Routes[0].Limits[0].TTL; ttl == nil || *ttl != 0 {
+		t.Fatalf("ttl %v, want 0", ttl)
+	}
+	srv, logs := inProcess(t, config)
+	if code, _, _ := get(t, srv.URL+"/a", "X-User", "u"); code != http.StatusOK {
+		t.Fatalf("a request under a limit of ttl 0: %d\n%s", code, logs)
 	}
 }
 

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"encoding"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -11,6 +13,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/keycap/keycap"
 )
 
 // The configuration is decoded from yaml.v3's node tree by the decoder
@@ -125,6 +129,26 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path []any) {
 		}
 		if err := v.Addr().Interface().(nodeDecoder).decodeText(s); err != nil {
 			d.add(n, path, "%v", err)
+		}
+		return
+	}
+	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		// A type of keycap's (keycap.FailMode): its own words for a bad value.
+		if n.Kind != yaml.ScalarNode {
+			d.add(n, path, "want a single value, not %s", kindName(n))
+			return
+		}
+		s, ok := d.text(n, path)
+		if !ok {
+			return
+		}
+		if err := u.UnmarshalText([]byte(s)); err != nil {
+			var inv *keycap.InvalidLimitError
+			if errors.As(err, &inv) {
+				d.add(n, path, "invalid %s: %s", inv.Value, inv.Reason)
+			} else {
+				d.add(n, path, "%v", err)
+			}
 		}
 		return
 	}

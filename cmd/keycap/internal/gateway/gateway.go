@@ -21,11 +21,13 @@ import (
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/conncap"
+	"github.com/keycap/keycap/frontdoor"
 	"github.com/keycap/keycap/httplimit"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/nullstore"
 	"github.com/keycap/keycap/pushercap"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // backend is what a configuration's store section builds, kept across
@@ -109,16 +111,6 @@ func newStore(c StoreConfig) (keycap.Store, redis.UniversalClient, error) {
 	return s, client, nil
 }
 
-func failMode(s string) keycap.FailMode {
-	switch s {
-	case "open":
-		return keycap.FailOpen
-	case "closed":
-		return keycap.FailClosed
-	}
-	return keycap.FailDefault
-}
-
 // router is one configuration made into handlers; a reload builds a new one
 // and swaps it in whole.
 type router struct {
@@ -197,22 +189,20 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 		(old.backend.caps == nil) == (cfg.Pusher == nil) && (cfg.Pusher == nil || sameCaps(old.backend.capsCfg, cc)) {
 		return old.backend, nil // leases and connections carry over
 	}
-	var store keycap.Store
-	store, client, err := newStore(cfg.Store)
+	st, client, err := newStore(cfg.Store)
 	if err != nil {
 		return nil, err
 	}
-	_, overrides := store.(keycap.Overrider) // of the store itself, not of a handover
 	var ho *handover
 	if old != nil {
 		// Requests and WebSockets of the old configuration hold slots in
 		// its store until they end: count in both until then.
-		ho = newHandover(store, old.backend.store)
-		store = ho.store()
+		ho = newHandover(st, old.backend.store)
+		st = ho
 	}
 	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log))),
 		keycap.WithDecisionBudget(time.Duration(cfg.Store.Budget))}
-	if m := failMode(cfg.Store.FailMode); m != keycap.FailDefault {
+	if m := cfg.Store.FailMode; m != keycap.FailDefault {
 		opts = append(opts, keycap.WithDefaultFailMode(m))
 	}
 	if cfg.Pusher != nil {
@@ -221,21 +211,22 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	// Keys are kept in clear in the process, for the admin API, which shows
 	// them only with admin_api.show_keys.
 	opts = append(opts, keycap.WithInspection(keycap.InspectOptions{ShowKeys: true}))
-	if overrides {
+	if st.Features().Has(store.Overrides) {
 		opts = append(opts, keycap.WithOverrides(time.Duration(cfg.AdminAPI.OverridesRefresh)))
 	}
-	limiter, err := keycap.NewLimiter(store, opts...)
+	limiter, err := keycap.NewLimiter(st, opts...)
 	if err != nil {
 		return nil, err
 	}
-	be := &backend{cfg: cfg.Store, store: store, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
+	be := &backend{cfg: cfg.Store, store: st, handover: ho, client: client, limiter: limiter, capsCfg: cc, closed: make(chan struct{})}
 	if cfg.Pusher != nil {
-		copts := []conncap.Option{conncap.WithDefaultCap(cc.defaultCap), conncap.WithTTL(cc.ttl)}
+		spec := keycap.Spec{TTL: cc.ttl, FailMode: keycap.FailClosed}
+		if cc.failOpen {
+			spec.FailMode = keycap.FailOpen
+		}
+		copts := []conncap.Option{conncap.WithDefaultCap(cc.defaultCap), conncap.WithSpec(spec)}
 		for app, n := range cc.appCaps {
 			copts = append(copts, conncap.WithAppCap(app, n))
-		}
-		if cc.failOpen {
-			copts = append(copts, conncap.WithFailMode(keycap.FailOpen))
 		}
 		if be.caps, err = conncap.New(limiter, copts...); err != nil {
 			be.close()
@@ -276,7 +267,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 		return nil
 	}
 	rt.handlers = map[string]http.Handler{}
-	parents := map[string]keycap.Parent{}
+	parents := map[string]*keycap.Parent{}
 	for _, pc := range cfg.Parents {
 		var opts []keycap.ParentOption
 		if pc.Keep != nil {
@@ -310,7 +301,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 			name:    r.Name,
 			keys:    newKeyer(r, cip, verify),
 			maxBody: int64(*r.MaxBody),
-			label:   rt.backend.limiter.Labels(),
+			label:   frontdoor.Labels(rt.backend.limiter),
 			next:    limits.Must(r.Pool)(proxy),
 		}
 		patterns := []string{r.Path}
@@ -495,32 +486,18 @@ func newKeyer(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) *key
 
 // ruleFor turns a route's limits into an httplimit rule, keyed by the keys
 // its routeHandler found.
-func ruleFor(r RouteConfig, parents map[string]keycap.Parent) httplimit.LimitFunc {
+func ruleFor(r RouteConfig, parents map[string]*keycap.Parent) httplimit.LimitFunc {
+	specs := make([]keycap.Spec, len(r.Limits))
 	slots := make([]httplimit.Slots, len(r.Limits))
 	for i, l := range r.Limits {
-		s := httplimit.Max(*l.Max).Wait(time.Duration(l.Wait))
-		if l.Parent != "" {
-			s = s.Parent(parents[l.Parent]).Share(max(l.Share, 1)).Minimum(l.Min)
-		}
-		if l.TTL != nil {
-			s = s.TTL(time.Duration(*l.TTL))
-		}
+		specs[i] = l.spec(parents[l.Parent])
+		// The pool's rule is registered by the first route of the pool;
+		// each route's own weight comes with its request (keysOf).
+		specs[i].Weight = 0
+		slots[i] = httplimit.Limit(specs[i])
 		if l.RetryAfter != nil {
-			s = s.RetryAfter(time.Duration(*l.RetryAfter))
+			slots[i] = slots[i].RetryAfter(time.Duration(*l.RetryAfter))
 		}
-		switch l.FailMode {
-		case "open":
-			s = s.FailOpen()
-		case "closed":
-			s = s.FailClosed()
-		}
-		if l.Budget > 0 {
-			s = s.Budget(time.Duration(l.Budget))
-		}
-		if l.Shadow {
-			s = s.Shadow()
-		}
-		slots[i] = s
 	}
 	return func(req *http.Request) httplimit.Rule {
 		rk := keysOf(req)
@@ -531,11 +508,18 @@ func ruleFor(r RouteConfig, parents map[string]keycap.Parent) httplimit.LimitFun
 		all := make([]httplimit.Slots, len(slots))
 		for i, s := range slots {
 			all[i] = s.By(keys[i])
+			sp, changed := specs[i], false
 			if rk.shares != nil && rk.shares[i] > 0 {
-				all[i] = all[i].Share(rk.shares[i])
+				sp.Share, changed = rk.shares[i], true
 			}
 			if rk.weights != nil && rk.weights[i] > 1 {
-				all[i] = all[i].Weight(rk.weights[i])
+				sp.Weight, changed = rk.weights[i], true
+			}
+			if changed {
+				all[i] = httplimit.Limit(sp).By(keys[i])
+				if l := r.Limits[i]; l.RetryAfter != nil {
+					all[i] = all[i].RetryAfter(time.Duration(*l.RetryAfter))
+				}
 			}
 		}
 		if len(all) == 1 {
@@ -675,11 +659,11 @@ func (rt *router) servesWithoutStore() (http, ws bool) {
 	if rt.catchAll != nil {
 		http = true
 	}
-	def := rt.cfg.Store.FailMode != "closed"
+	def := rt.cfg.Store.FailMode != keycap.FailClosed
 	for _, r := range rt.cfg.Routes {
 		open := true
 		for _, l := range r.Limits {
-			if l.FailMode == "closed" || (l.FailMode == "" && !def) {
+			if l.FailMode == keycap.FailClosed || (l.FailMode == keycap.FailDefault && !def) {
 				open = false
 			}
 		}

@@ -2,12 +2,11 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 // handover is the store of a configuration that replaced another one's store
@@ -18,344 +17,166 @@ import (
 // switch, and in the new one, which counts alone afterwards. The old store's
 // failures are ignored: the new store decides (the old one is often replaced
 // because it is failing).
+//
+// It embeds the new store, so it has the new store's features, and every
+// call it does not change (notifications, inspection, overrides,
+// partitions, marks, pauses) goes to the new store alone: a handover onto a
+// store without lines or shares declares none, and the Limiter asks it for
+// none. It masks off two promises it cannot keep (Features): calls that
+// wait on nothing outside the process, when the old store does, and pinned
+// slots, which the old store would count with a TTL nobody renews.
 type handover struct {
-	keycap.Store // the new store
-	prev         keycap.Store
-	active       atomic.Bool
+	store.Store // the new store
+	prev        store.Store
+	active      atomic.Bool
 
 	mu     sync.Mutex
 	inPrev map[leaseRef]struct{} // leases also taken in prev
 }
 
 type leaseRef struct {
-	pool  keycap.PoolID
-	owner keycap.Owner
+	pool  store.PoolID
+	owner store.Owner
 }
 
-func newHandover(next, prev keycap.Store) *handover {
+func newHandover(next, prev store.Store) *handover {
 	h := &handover{Store: next, prev: prev, inPrev: map[leaseRef]struct{}{}}
 	h.active.Store(true)
 	return h
+}
+
+// Features returns the new store's features, but InProcess when the old
+// store waits on a network (its calls are bounded by prevBudget, not by the
+// decision budget a Limiter gives only a store that blocks) and Pinned.
+func (h *handover) Features() store.Features {
+	f := h.Store.Features() &^ store.Pinned
+	if !h.prev.Features().Has(store.InProcess) {
+		f &^= store.InProcess
+	}
+	return f
 }
 
 // end stops taking slots in the old store, once nothing that started on the
 // old configuration holds one there.
 func (h *handover) end() { h.active.Store(false) }
 
-// prevCtx bounds a call to the old store: it must not slow the new one down
-// for long.
-func prevCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, prevBudget)
-}
-
-// prevBudget bounds every call to the old store.
+// prevBudget bounds every call to the old store: it must not slow the new
+// one down for long.
 const prevBudget = 250 * time.Millisecond
 
-func (h *handover) Acquire(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration) (bool, error) {
-	tookPrev := false
-	if h.active.Load() {
-		pctx, cancel := prevCtx(ctx)
-		ok, err := h.prev.Acquire(pctx, pool, owner, max, ttl)
+// forPrev returns d as the old store takes it: a lease with no ticket (the
+// new store's line decides who is next), never pinned, and kept for nobody.
+// ok is false when the old store cannot count it (a weight or a parent on a
+// store without shares): the new store then decides alone.
+func (h *handover) forPrev(d store.Demand) (store.Demand, bool) {
+	d.Line, d.Pinned, d.Parent.Keep = store.Ticket{}, false, 0
+	return d, d.Plain() || h.prev.Features().Has(store.Shares)
+}
+
+// Acquire takes d in the old store first, while the handover lasts: a
+// refusal there refuses (the cap holds across the switch); a failure there
+// is ignored.
+func (h *handover) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+	took := false
+	if pd, ok := h.forPrev(d); ok && h.active.Load() {
+		pctx, cancel := context.WithTimeout(ctx, prevBudget)
+		g, err := h.prev.Acquire(pctx, pd)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return false, ctx.Err()
-		case err == nil && !ok:
-			return false, nil // the old store is full: the cap holds across the switch
-		case err == nil:
-			tookPrev = true
+			return store.Grant{}, ctx.Err()
+		case err == nil && !g.Granted:
+			return store.Grant{}, nil // the old store is full
 		}
+		took = err == nil
 	}
-	ok, err := h.Store.Acquire(ctx, pool, owner, max, ttl)
-	if tookPrev {
-		if err != nil || !ok {
-			h.releasePrev(pool, owner)
+	g, err := h.Store.Acquire(ctx, d)
+	switch {
+	case took && err == nil && g.Granted:
+		h.mu.Lock()
+		h.inPrev[leaseRef{d.Pool, d.Owner}] = struct{}{}
+		h.mu.Unlock()
+	case took:
+		h.releasePrev(d)
+	}
+	return g, err
+}
+
+// Release frees d in both stores.
+func (h *handover) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+	if h.forget(d) {
+		h.releasePrev(d)
+	}
+	return h.Store.Release(ctx, d, leave)
+}
+
+// ReleaseAsync releases d in both stores without waiting for the new one;
+// its promise (a later call is applied after the release) holds in each:
+// the old store's release goes first, sent the same way when that store
+// releases without waiting too, and waited for (within prevBudget) when it
+// does not. Its outcome is ignored, as every call to the old store's is.
+// The Limiter calls it only when the new store declares AsyncRelease.
+func (h *handover) ReleaseAsync(d store.Demand, budget time.Duration, done func(error)) {
+	if h.forget(d) {
+		if pd, ok := h.forPrev(d); ok && h.prev.Features().Has(store.AsyncRelease) {
+			h.prev.ReleaseAsync(pd, prevBudget, func(error) {})
 		} else {
-			h.mu.Lock()
-			h.inPrev[leaseRef{pool, owner}] = struct{}{}
-			h.mu.Unlock()
+			h.releasePrev(d)
 		}
 	}
-	return ok, err
+	h.Store.ReleaseAsync(d, budget, done)
 }
 
-// store returns h as the Limiter's store: one that also releases without its
-// caller waiting when the new store does (asyncHandover), so that a request
-// after a reload does not wait for its releases (one round trip in each
-// store while the handover lasts, one in the new store for good after).
-func (h *handover) store() keycap.Store {
-	if a, ok := h.Store.(keycap.AsyncReleaser); ok {
-		return asyncHandover{h, a}
+func (h *handover) releasePrev(d store.Demand) {
+	pd, ok := h.forPrev(d)
+	if !ok {
+		return
 	}
-	return h
-}
-
-// asyncHandover is a handover whose new store is a keycap.AsyncReleaser.
-type asyncHandover struct {
-	*handover
-	next keycap.AsyncReleaser
-}
-
-var _ keycap.AsyncReleaser = asyncHandover{}
-
-// ReleaseAsync releases owner's slot in both stores without waiting for the
-// new one; its promise (a later call is applied after the release) holds in
-// each: the old store's release goes first, sent the same way when that
-// store releases without waiting too, and waited for (within prevCtx's
-// bound) when it does not. Its outcome is ignored, as every call to the old
-// store's is.
-func (h asyncHandover) ReleaseAsync(pool keycap.PoolID, owner keycap.Owner, budget time.Duration, done func(error)) {
-	if h.forget(pool, owner) {
-		if prev, ok := h.prev.(keycap.AsyncReleaser); ok {
-			prev.ReleaseAsync(pool, owner, prevBudget, func(error) {})
-		} else {
-			h.releasePrev(pool, owner)
-		}
-	}
-	h.next.ReleaseAsync(pool, owner, budget, done)
-}
-
-func (h *handover) releasePrev(pool keycap.PoolID, owner keycap.Owner) {
-	ctx, cancel := prevCtx(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), prevBudget)
 	defer cancel()
-	_ = h.prev.Release(ctx, pool, owner)
+	_, _ = h.prev.Release(ctx, pd, false)
 }
 
-func (h *handover) Release(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	if h.forget(pool, owner) {
-		h.releasePrev(pool, owner)
-	}
-	return h.Store.Release(ctx, pool, owner)
-}
-
-func (h *handover) Renew(ctx context.Context, batch []keycap.Renewal) error {
-	var prevBatch []keycap.Renewal
+// Renew renews in the old store the leases also taken there.
+func (h *handover) Renew(ctx context.Context, batch []store.Renewal) error {
+	var prevBatch []store.Renewal
 	h.mu.Lock()
 	for _, r := range batch {
 		if _, ok := h.inPrev[leaseRef{r.Pool, r.Owner}]; ok {
-			prevBatch = append(prevBatch, keycap.Renewal{Pool: r.Pool, Owner: r.Owner, TTL: r.TTL, Weight: r.Weight, Parent: r.Parent})
+			prevBatch = append(prevBatch, store.Renewal{Pool: r.Pool, Owner: r.Owner, TTL: r.TTL, Weight: r.Weight, Parent: r.Parent})
 		}
 	}
 	h.mu.Unlock()
 	if len(prevBatch) > 0 {
-		pctx, cancel := prevCtx(ctx)
+		pctx, cancel := context.WithTimeout(ctx, prevBudget)
 		_ = h.prev.Renew(pctx, prevBatch)
 		cancel()
 	}
 	return h.Store.Renew(ctx, batch)
 }
 
-// Sync implements keycap.Syncer for the connection caps: a node's
-// connections are synced in both stores while the handover lasts.
-func (h *handover) Sync(ctx context.Context, node keycap.NodeID, ttl time.Duration, batch []keycap.SyncPool) error {
-	if ps, ok := h.prev.(keycap.Syncer); ok && h.active.Load() {
-		cp := make([]keycap.SyncPool, len(batch))
+// Sync syncs a node's connections in both stores while the handover lasts
+// (in the old one when it keeps members).
+func (h *handover) Sync(ctx context.Context, node store.NodeID, ttl time.Duration, batch []store.SyncPool) error {
+	if h.active.Load() && h.prev.Features().Has(store.Members) {
+		cp := make([]store.SyncPool, len(batch))
 		for i, sp := range batch {
-			cp[i] = keycap.SyncPool{Pool: sp.Pool, Members: sp.Members}
+			cp[i] = store.SyncPool{Pool: sp.Pool, Members: sp.Members}
 		}
-		pctx, cancel := prevCtx(ctx)
-		_ = ps.Sync(pctx, node, ttl, cp)
+		pctx, cancel := context.WithTimeout(ctx, prevBudget)
+		_ = h.prev.Sync(pctx, node, ttl, cp)
 		cancel()
 	}
-	return h.Store.(keycap.Syncer).Sync(ctx, node, ttl, batch)
+	return h.Store.Sync(ctx, node, ttl, batch)
 }
 
-// The new store's lines, notifications and shares serve the Limiter built on
-// the handover, so that waiters are still woken and weighted and parented
-// limits still work after the switch. Their slots are taken in the old store
-// too, as Acquire's are, while the handover lasts (without a ticket there:
-// the new store's line decides who is next).
-
-var (
-	_ keycap.Liner       = (*handover)(nil)
-	_ keycap.Notifier    = (*handover)(nil)
-	_ keycap.Sharer      = (*handover)(nil)
-	_ keycap.Partitioner = (*handover)(nil)
-)
-
-// Partition implements keycap.Partitioner with the new store's partitions
-// (a cluster's slot ranges), so that an outage of one master after a reload
-// is still one outage, reported once, and not ended by another master's
-// answers. A store of one partition answers "".
-func (h *handover) Partition(pool keycap.PoolID) string {
-	if p, ok := h.Store.(keycap.Partitioner); ok {
-		return p.Partition(pool)
-	}
-	return ""
-}
-
-// errNoLines is the error of a line call on a store that keeps no lines: the
-// gateway's stores all do.
-var errNoLines = errors.New("gateway: the store keeps no lines or shares")
-
-// takePrev takes owner's slot in the old store with take, while the handover
-// lasts. It reports whether the old store refused (the cap holds across the
-// switch) and whether it took the slot.
-func (h *handover) takePrev(ctx context.Context, take func(context.Context) (bool, error)) (refused, took bool, err error) {
-	if !h.active.Load() {
-		return false, false, nil
-	}
-	pctx, cancel := prevCtx(ctx)
-	ok, perr := take(pctx)
-	cancel()
-	switch {
-	case perr != nil && ctx.Err() != nil:
-		return false, false, ctx.Err()
-	case perr == nil && !ok:
-		return true, false, nil
-	}
-	return false, perr == nil, nil
-}
-
-func (h *handover) Queue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner, max int, ttl time.Duration, t keycap.Ticket) (bool, int, error) {
-	next, ok := h.Store.(keycap.Liner)
-	if !ok {
-		return false, 0, errNoLines
-	}
-	refused, took, err := h.takePrev(ctx, func(ctx context.Context) (bool, error) { return h.prev.Acquire(ctx, pool, owner, max, ttl) })
-	if err != nil || refused {
-		return false, 0, err
-	}
-	granted, ahead, err := next.Queue(ctx, pool, owner, max, ttl, t)
-	h.settle(took, granted && err == nil, pool, owner, func() { h.releasePrev(pool, owner) })
-	return granted, ahead, err
-}
-
-func (h *handover) Dequeue(ctx context.Context, pool keycap.PoolID, owner keycap.Owner) error {
-	next, ok := h.Store.(keycap.Liner)
-	if !ok {
-		return errNoLines
-	}
-	if h.forget(pool, owner) {
-		h.releasePrev(pool, owner)
-	}
-	return next.Dequeue(ctx, pool, owner)
-}
-
-func (h *handover) Notify(ctx context.Context, pool keycap.PoolID, fn func([]keycap.Owner)) (func(), error) {
-	next, ok := h.Store.(keycap.Notifier)
-	if !ok {
-		return nil, errNoLines
-	}
-	return next.Notify(ctx, pool, fn)
-}
-
-func (h *handover) AcquireDemand(ctx context.Context, d keycap.Demand, t *keycap.Ticket) (bool, int, error) {
-	next, ok := h.Store.(keycap.Sharer)
-	if !ok {
-		return false, 0, errNoLines
-	}
-	prev, _ := h.prev.(keycap.Sharer)
-	var refused, took bool
-	var err error
-	if prev != nil {
-		refused, took, err = h.takePrev(ctx, func(ctx context.Context) (bool, error) {
-			ok, _, err := prev.AcquireDemand(ctx, d, nil)
-			return ok, err
-		})
-	}
-	if err != nil || refused {
-		return false, 0, err
-	}
-	granted, ahead, err := next.AcquireDemand(ctx, d, t)
-	h.settle(took, granted && err == nil, d.Pool, d.Owner, func() { h.releasePrevDemand(prev, d) })
-	return granted, ahead, err
-}
-
-func (h *handover) ReleaseDemand(ctx context.Context, d keycap.Demand, dequeue bool) (bool, error) {
-	next, ok := h.Store.(keycap.Sharer)
-	if !ok {
-		return false, errNoLines
-	}
-	if h.forget(d.Pool, d.Owner) {
-		prev, _ := h.prev.(keycap.Sharer)
-		h.releasePrevDemand(prev, d)
-	}
-	return next.ReleaseDemand(ctx, d, dequeue)
-}
-
-// settle records a slot taken in the old store when the new one granted it
-// too, and gives it back otherwise.
-func (h *handover) settle(took, granted bool, pool keycap.PoolID, owner keycap.Owner, giveBack func()) {
-	switch {
-	case took && granted:
-		h.mu.Lock()
-		h.inPrev[leaseRef{pool, owner}] = struct{}{}
-		h.mu.Unlock()
-	case took:
-		giveBack()
-	}
-}
-
-// forget reports whether owner's slot of pool was also taken in the old
-// store, and forgets it.
-func (h *handover) forget(pool keycap.PoolID, owner keycap.Owner) bool {
-	ref := leaseRef{pool, owner}
+// forget reports whether d's lease was also taken in the old store, and
+// forgets it.
+func (h *handover) forget(d store.Demand) bool {
+	ref := leaseRef{d.Pool, d.Owner}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, in := h.inPrev[ref]
 	delete(h.inPrev, ref)
 	return in
-}
-
-func (h *handover) releasePrevDemand(prev keycap.Sharer, d keycap.Demand) {
-	if prev == nil {
-		return
-	}
-	ctx, cancel := prevCtx(context.Background())
-	defer cancel()
-	d.Keep = 0 // the old store keeps nothing for anyone
-	_, _ = prev.ReleaseDemand(ctx, d, false)
-}
-
-// Inspection and overrides are the new store's: the old one's leases drain,
-// and overrides live in the store the gateway now uses.
-
-var (
-	_ keycap.Inspector = (*handover)(nil)
-	_ keycap.Overrider = (*handover)(nil)
-)
-
-// errNoInspection is the error of an inspection or override call on a store
-// that keeps neither (none).
-var errNoInspection = errors.New("gateway: the store cannot be inspected and keeps no overrides")
-
-func (h *handover) InspectPools(ctx context.Context, q keycap.PageQuery) (keycap.PoolPage, error) {
-	next, ok := h.Store.(keycap.Inspector)
-	if !ok {
-		return keycap.PoolPage{}, errNoInspection
-	}
-	return next.InspectPools(ctx, q)
-}
-
-func (h *handover) InspectPauses(ctx context.Context, q keycap.PageQuery) (keycap.PausePage, error) {
-	next, ok := h.Store.(keycap.Inspector)
-	if !ok {
-		return keycap.PausePage{}, errNoInspection
-	}
-	return next.InspectPauses(ctx, q)
-}
-
-func (h *handover) SetOverride(ctx context.Context, o keycap.Override) error {
-	next, ok := h.Store.(keycap.Overrider)
-	if !ok {
-		return errNoInspection
-	}
-	return next.SetOverride(ctx, o)
-}
-
-func (h *handover) DeleteOverride(ctx context.Context, pool keycap.PoolID) error {
-	next, ok := h.Store.(keycap.Overrider)
-	if !ok {
-		return errNoInspection
-	}
-	return next.DeleteOverride(ctx, pool)
-}
-
-func (h *handover) Overrides(ctx context.Context, since uint64) (uint64, []keycap.Override, error) {
-	next, ok := h.Store.(keycap.Overrider)
-	if !ok {
-		return 0, nil, errNoInspection
-	}
-	return next.Overrides(ctx, since)
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -9,12 +10,14 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/nullstore"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 )
 
 // TestHandoverReleasesWithoutWaiting: after a reload onto another Redis
 // store, the Limiter's store still releases without its caller waiting
-// (keycap.AsyncReleaser), and keeps that promise in both stores: a slot
+// (store.AsyncRelease), and keeps that promise in both stores: a slot
 // released that way is free, in the old store as in the new, to the very
 // next acquire — a pool of max 1 taken in turn by one owner after another
 // is never refused. The old store is a Redis store (released the same way)
@@ -34,21 +37,20 @@ func TestHandoverReleasesWithoutWaiting(t *testing.T) {
 	}{{"redis", newRedis("old")}, {"memory", memstore.New()}} {
 		t.Run("after-"+prev.name, func(t *testing.T) {
 			h := newHandover(newRedis("new-after-"+prev.name), prev.store)
-			store, ok := h.store().(keycap.AsyncReleaser)
-			if !ok {
-				t.Fatalf("the handover onto a Redis store is not a keycap.AsyncReleaser")
+			if !h.Features().Has(store.AsyncRelease) {
+				t.Fatalf("the handover onto a Redis store does not release without waiting: features %v", h.Features())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			pool := keycap.NewPoolID("handover", "async")
+			pool := store.PoolOf(0, "handover", "async")
 			answered := make(chan error, 200)
 			for i := range 200 {
-				o := keycap.NewOwner()
-				ok, err := h.Acquire(ctx, pool, o, 1, time.Minute)
-				if err != nil || !ok {
-					t.Fatalf("acquire %d after the previous one's release was sent: %v %v", i, ok, err)
+				o := store.NewOwner()
+				g, err := h.Acquire(ctx, store.Demand{Pool: pool, Owner: o, Max: 1, TTL: time.Minute})
+				if err != nil || !g.Granted {
+					t.Fatalf("acquire %d after the previous one's release was sent: %+v %v", i, g, err)
 				}
-				store.ReleaseAsync(pool, o, time.Second, func(err error) { answered <- err })
+				h.ReleaseAsync(store.Demand{Pool: pool, Owner: o}, time.Second, func(err error) { answered <- err })
 			}
 			for i := range 200 {
 				select {
@@ -61,19 +63,20 @@ func TestHandoverReleasesWithoutWaiting(t *testing.T) {
 				}
 			}
 			for name, s := range map[string]keycap.Store{"old": prev.store, "new": h.Store} {
-				if ok, err := s.Acquire(ctx, pool, keycap.NewOwner(), 1, time.Minute); err != nil || !ok {
-					t.Fatalf("the %s store still holds a slot after every release: %v %v", name, ok, err)
+				g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute})
+				if err != nil || !g.Granted {
+					t.Fatalf("the %s store still holds a slot after every release: %+v %v", name, g, err)
 				}
 			}
 		})
 	}
-	if _, ok := newHandover(memstore.New(), memstore.New()).store().(keycap.AsyncReleaser); ok {
+	if h := newHandover(memstore.New(), memstore.New()); h.Features().Has(store.AsyncRelease) {
 		t.Fatal("a handover onto memstore claims to release without waiting")
 	}
 }
 
 // TestHandoverKeepsPartitions: after a reload onto a Redis Cluster store, the
-// Limiter still tells the cluster's masters apart (keycap.Partitioner), so
+// Limiter still tells the cluster's masters apart (store.Partitions), so
 // that one master's outage is reported once and not ended by another's
 // answers.
 func TestHandoverKeepsPartitions(t *testing.T) {
@@ -82,19 +85,20 @@ func TestHandoverKeepsPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts, ok := newHandover(next, memstore.New()).store().(keycap.Partitioner)
-	if !ok {
-		t.Fatal("the handover is not a keycap.Partitioner")
+	h := newHandover(next, memstore.New())
+	if !h.Features().Has(store.Partitions) {
+		t.Fatalf("the handover onto a cluster has no partitions: features %v", h.Features())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	seen := map[string]bool{}
 	for i := range 30 {
-		pool := keycap.NewPoolID("handover", fmt.Sprint("parts-", i))
-		if _, err := next.Acquire(ctx, pool, keycap.NewOwner(), 1, time.Minute); err != nil { // learns the slot ranges
+		pool := store.PoolOf(0, "handover", fmt.Sprint("parts-", i))
+		// Learns the slot ranges.
+		if _, err := next.Acquire(ctx, store.Demand{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		got, want := parts.Partition(pool), next.Partition(pool)
+		got, want := h.Partition(pool), next.Partition(pool)
 		if got != want {
 			t.Fatalf("pool %d: the handover says partition %q, the store %q", i, got, want)
 		}
@@ -104,5 +108,59 @@ func TestHandoverKeepsPartitions(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Fatalf("partitions seen: %v, want the cluster's masters", seen)
+	}
+}
+
+// bareStore has plain slots and no feature at all: store.Unsupported answers
+// everything else.
+type bareStore struct{ store.Unsupported }
+
+func (bareStore) Acquire(context.Context, store.Demand) (store.Grant, error) {
+	return store.Grant{Granted: true}, nil
+}
+
+func (bareStore) Release(context.Context, store.Demand, bool) (bool, error) { return false, nil }
+
+func (bareStore) Renew(context.Context, []store.Renewal) error { return nil }
+
+// TestHandoverHasItsNewStoresFeatures: a handover declares exactly its new
+// store's features, whatever the old store has, so that the Limiter never
+// asks it for something the new store lacks (a line on nullstore), and a
+// call to a feature the new store lacks answers store.ErrNotSupported.
+func TestHandoverHasItsNewStoresFeatures(t *testing.T) {
+	t.Parallel()
+	for _, next := range []struct {
+		name  string
+		store store.Store
+	}{{"memory", memstore.New()}, {"none", nullstore.New()}, {"bare", bareStore{}}} {
+		for _, prev := range []struct {
+			name  string
+			store store.Store
+		}{{"memory", memstore.New()}, {"none", nullstore.New()}, {"bare", bareStore{}}} {
+			h := newHandover(next.store, prev.store)
+			// The new store's, but pinned slots, and calls free of waits
+			// only when the old store's are too.
+			want := next.store.Features() &^ store.Pinned
+			if !prev.store.Features().Has(store.InProcess) {
+				want &^= store.InProcess
+			}
+			if got := h.Features(); got != want {
+				t.Errorf("a handover from %s onto %s declares %v, want %v (its new store's: %v)", prev.name, next.name, got, want, next.store.Features())
+			}
+		}
+	}
+	if f := newHandover(bareStore{}, memstore.New()).Features(); f != 0 {
+		t.Errorf("a handover onto a store of no feature declares %v", f)
+	}
+
+	h := newHandover(nullstore.New(), memstore.New())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stop, err := h.Notify(ctx, store.PoolOf(0, "handover", "notify"), func([]store.Owner) {})
+	if !errors.Is(err, store.ErrNotSupported) {
+		t.Fatalf("a handover onto nullstore answers Notify with %v, want an error matching store.ErrNotSupported", err)
+	}
+	if stop != nil {
+		stop()
 	}
 }

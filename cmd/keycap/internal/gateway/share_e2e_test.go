@@ -119,7 +119,6 @@ routes:
 func TestWeightsOfRoutesSharingAPool(t *testing.T) {
 	t.Parallel()
 	release := testkit.NewGate()
-	t.Cleanup(release.Open)
 	entered := make(chan struct{}, 10)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/full" {
@@ -128,6 +127,7 @@ func TestWeightsOfRoutesSharingAPool(t *testing.T) {
 		}
 	}))
 	defer up.Close()
+	defer release.Open() // before up.Close: a failed test leaves no handler blocked
 	g := startGateway(t, fmt.Sprintf(`upstream: %s
 routes:
   - name: full

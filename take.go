@@ -1,0 +1,554 @@
+package keycap
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/keycap/keycap/store"
+)
+
+// request is one call to take slots: its limits, and what kind of lease it
+// asks for. Acquire and Do ask for a plain one; the front doors' calls (the
+// frontdoor package) for a node's member or a parked caller.
+type request struct {
+	limits []Limit
+	member *string  // a member lease of the node, kept by its heartbeat
+	park   *parking // a caller that parks when its wait ends
+	reuse  bool     // Do: the lease may be a released one kept for reuse
+}
+
+// acquire takes the slots of r's limits, or none.
+func (l *Limiter) acquire(ctx context.Context, r request) (*Lease, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	wait, err := check(r.limits)
+	if err != nil {
+		return nil, err
+	}
+	if l.ov != nil {
+		r.limits = l.ov.apply(r.limits)
+	}
+	if l.hasShadow(r.limits) {
+		return l.acquireShadowed(ctx, r)
+	}
+	if err := l.checkRequest(r); err != nil {
+		return nil, err
+	}
+	for i := range r.limits {
+		if r.limits[i].spec.Max == 0 {
+			l.refused(ctx, &r.limits[i], 0)
+			return nil, &LimitError{Limit: r.limits[i]}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	start := l.now()
+	ls := newLease(l, r.limits, start, r.reuse)
+	if len(r.limits) == 0 { // nothing to take (every limit a shadow)
+		l.admit(ctx, ls, 0)
+		return ls, nil
+	}
+	if l.inspect != nil {
+		if label, ok := ctx.Value(labelKey{}).(string); ok {
+			ls.more().label = label
+		}
+	}
+	switch {
+	case r.member != nil:
+		ls.owner, ls.member = store.MemberOf(l.nodes.id, *r.member), true
+		// Registered before the store grants it, so that a heartbeat
+		// meanwhile keeps it rather than dropping it as a ghost.
+		l.nodes.add(ls)
+		defer func() {
+			if !ls.admitted {
+				l.nodes.remove(ls)
+			}
+		}()
+	case r.park != nil:
+		ls.owner = r.park.Owner
+		if l.has(store.Lines | store.Notifications) {
+			l.parked.cancel(r.park.Owner) // an attempt that comes back
+			return l.waitInLine(ctx, ls, wait, start, r.park)
+		}
+	}
+	switch {
+	case wait > 0 && l.has(store.Lines):
+		return l.waitInLine(ctx, ls, wait, start, nil)
+	case wait > 0:
+		return l.waitFor(ctx, ls, wait, start)
+	}
+	refused, err := l.take(ctx, ls, nil, start, store.Ticket{}, false)
+	if err != nil {
+		return nil, err
+	}
+	if refused >= 0 {
+		lim := &ls.slots[refused].limit
+		l.refused(ctx, lim, 0)
+		return nil, &LimitError{Limit: *lim}
+	}
+	ls.plain = len(ls.slots) == 1
+	l.admit(ctx, ls, 0)
+	return ls, nil
+}
+
+// checkRequest checks that the store can serve r: weights and parents need
+// Shares, member leases Members (and no weight or parent), and no two limits
+// of one request may share a parent.
+func (l *Limiter) checkRequest(r request) error {
+	if r.member != nil {
+		if err := l.nodes.check(r.limits); err != nil {
+			return err
+		}
+	}
+	for i := range r.limits {
+		lim := &r.limits[i]
+		if lim.plain() {
+			continue
+		}
+		if !l.has(store.Shares) {
+			return fmt.Errorf("limit %q has a weight or a parent: %w", lim.spec.Name, l.need(store.Shares))
+		}
+		if r.member != nil {
+			return fmt.Errorf("%w: limit %q has a weight or a parent, which a member lease cannot take", ErrInvalidLimit, lim.spec.Name)
+		}
+		p := lim.spec.Parent
+		if p == nil {
+			continue
+		}
+		for _, prev := range r.limits[:i] {
+			if pp := prev.spec.Parent; pp != nil && pp.pool == p.pool {
+				return fmt.Errorf("%w: limits %q and %q of parent %q in one Acquire", ErrInvalidLimit, prev.spec.Name, lim.spec.Name, p.name)
+			}
+		}
+	}
+	return nil
+}
+
+// waitFor takes ls's slots on a store without lines, waiting up to wait
+// for a full pool to free a slot: woken by a local release, or polling for
+// one elsewhere.
+func (l *Limiter) waitFor(ctx context.Context, ls *Lease, wait, start time.Duration) (*Lease, error) {
+	// Registered before the first try, so that a release between a refusal
+	// and the sleep is not missed.
+	w := l.waiters.add(ls)
+	defer l.waiters.remove(w)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	now := start
+	for {
+		refused, err := l.take(ctx, ls, nil, now, store.Ticket{}, true)
+		if err != nil {
+			return nil, err
+		}
+		if refused < 0 {
+			l.admit(ctx, ls, now-start)
+			return ls, nil
+		}
+		lim := &ls.slots[refused].limit
+		waited := l.precise() - start
+		if waited >= wait {
+			l.refused(ctx, lim, waited)
+			return nil, &LimitError{Limit: *lim, Waited: waited}
+		}
+		d := min(l.poll(), wait-waited)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-w.ch:
+		case <-timer.C:
+		}
+		now = l.now()
+	}
+}
+
+// outcome is what one slot's decision came to.
+type outcome uint8
+
+const (
+	refused outcome = iota // the pool is full (with a ticket: the caller waits in its line)
+	held                   // the slot is held
+	skipped                // the store failed and the limit fails open: no slot, run unguarded
+)
+
+// take is the one path by which slots are taken. It asks the store for
+// each slot of ls once, in order (nil: as they are), starting at now, and
+// returns the index of the slot that refused, or -1 when every slot is held
+// or skipped. With a ticket (tk.TTL > 0) a refused caller waits in that
+// slot's line and the slots taken stay held; without one, a refusal
+// releases them. On an error (the context's, or a *StoreError of a limit
+// that fails closed) everything taken is undone, the ticket included.
+// retry says that the caller asks again, with the same owner, when
+// refused: a slot the store may have granted after its budget ran out is
+// then left to its TTL rather than released behind the next try's back.
+func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Duration, tk store.Ticket, retry bool) (int, error) {
+	cur := -1
+	if l.observer != nil {
+		// An observer that panics on a store event (StoreRecovered,
+		// StoreFailed) must not leave the slots taken so far held: ls is not
+		// admitted, so nobody would release or renew them.
+		defer func() {
+			if r := recover(); r != nil {
+				l.undo(ls, cur, tk.TTL > 0, true)
+				panic(r)
+			}
+		}()
+	}
+	for k := range ls.slots {
+		i := k
+		if order != nil {
+			i = order[k]
+		}
+		cur = i
+		s := &ls.slots[i]
+		o, err := l.takeSlot(ctx, &s.limit, ls.owner, tk, false, retry)
+		if err != nil {
+			// A slot asked for by a caller that left may have been granted:
+			// it is given back. One the store failed to take is not (one
+			// out of budget is freed by takeSlot).
+			l.undo(ls, i, tk.TTL > 0, ctx.Err() != nil)
+			return 0, err
+		}
+		switch o {
+		case held:
+			s.held = true
+			// Counted from before the store call: the lease lives at least
+			// this long in the store.
+			s.renewAt, s.deadline = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL
+		case skipped:
+			s.held = false // runs unguarded for this limit
+		case refused:
+			s.held = false
+			if tk.TTL == 0 {
+				l.undo(ls, -1, false, false)
+			}
+			return i, nil
+		}
+	}
+	cur = -1
+	return -1, nil
+}
+
+// takeSlot asks the store, once, for owner's slot of lim (with tk, a
+// ticket in its line; with pin, a slot with no expiry), and applies the
+// failure policy: a failure is reported (call) and then, for a limit that
+// fails open, skipped, and otherwise returned as a *StoreError; the
+// context's error is returned as it is. A slot the store may still grant
+// after the budget ran out is freed in the background, unless the caller
+// asks again with the same owner (retry, or a ticket).
+func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, retry bool) (outcome, error) {
+	d := lim.demand(owner)
+	d.Line, d.Pinned = tk, pin
+	var g store.Grant
+	err := l.call(ctx, lim, func(ctx context.Context) error {
+		var err error
+		g, err = l.store.Acquire(ctx, d)
+		return err
+	})
+	switch {
+	case err == nil && g.Granted:
+		return held, nil
+	case err == nil:
+		return refused, nil
+	case ctx.Err() != nil:
+		return refused, err
+	}
+	if _, late := err.(*BudgetError); late && !retry && tk.TTL == 0 {
+		l.releaseLater(*lim, owner, false)
+	}
+	if l.failModeOf(lim) == FailClosed {
+		return refused, &StoreError{Limit: *lim, Err: err}
+	}
+	return skipped, nil
+}
+
+// call runs op, one store call made for lim, under the failure policy of
+// every store call (run), and accounts for its outcome: a failure is
+// reported as the outage of the store's partition that holds lim's pool,
+// once per outage; a success ends that outage once the partition has
+// answered for RecoverAfter. The caller's context ending is no failure.
+func (l *Limiter) call(ctx context.Context, lim *Limit, op func(ctx context.Context) error) error {
+	err := l.run(ctx, l.budgetOf(lim), op)
+	switch {
+	case err == nil:
+		l.storeAnswered(lim.home())
+	case ctx.Err() == nil:
+		l.storeFailed(lim, err)
+	}
+	return err
+}
+
+// run runs op within the decision budget d (no deadline on a store that
+// lives in the process). It returns nil, the caller's context error when
+// ctx ended (whatever op returned), a *BudgetError when the budget ran out
+// first, or op's error.
+func (l *Limiter) run(ctx context.Context, d time.Duration, op func(ctx context.Context) error) error {
+	bctx, cancel := l.bound(ctx, d)
+	err := op(bctx)
+	if err == nil {
+		cancel()
+		return nil
+	}
+	late := bctx.Err() != nil // read before cancel, which ends bctx too
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case late:
+		return &BudgetError{Budget: d, Err: err}
+	}
+	return err
+}
+
+// undo gives back what a take that did not complete took: every slot held
+// is released. The slot failed (-1: none) is left when the caller queued
+// for it (its ticket, and a slot handed to it, are taken out of the line in
+// the background), and otherwise released like a held one when the store
+// may have granted it (maybe).
+func (l *Limiter) undo(ls *Lease, failed int, queued, maybe bool) {
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held && i != failed {
+			s.held = false // first: an observer that panics in releaseSlot leaves it released once
+			l.releaseSlot(ls.owner, s)
+		}
+	}
+	if failed < 0 {
+		return
+	}
+	s := &ls.slots[failed]
+	s.held = false
+	switch {
+	case queued:
+		l.releaseLater(s.limit, ls.owner, true)
+	case maybe:
+		l.releaseSlot(ls.owner, s)
+	}
+}
+
+// releaseSlot frees one held slot in the store and wakes a local waiter. On
+// a store that releases asynchronously, a plain limit's slot is freed
+// without waiting: the waiter is woken when the store has freed it. A
+// release that fails is retried in the background until it succeeds or the
+// slot expires.
+func (l *Limiter) releaseSlot(owner store.Owner, s *slot) {
+	if l.releaser.async && s.limit.plain() {
+		l.releaser.send(s.limit, owner, s.deadline)
+		return
+	}
+	if err := l.release(context.Background(), &s.limit, owner, false); err != nil {
+		l.releaser.retry(s.limit, owner, s.deadline)
+	}
+	l.waiters.wake(s.limit.pool)
+}
+
+// release frees owner's lease of lim (with leave, its ticket too) under the
+// failure policy. A slot a parent keeps for its key is passed on once the
+// parent's keep has passed, if nobody took it back.
+func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, leave bool) error {
+	var kept bool
+	err := l.call(ctx, lim, func(ctx context.Context) error {
+		var err error
+		kept, err = l.store.Release(ctx, lim.demand(owner), leave)
+		return err
+	})
+	if kept {
+		l.passOnLater(*lim)
+	}
+	return err
+}
+
+// releaseLater frees (or, with leave, leaves the line of) lim for owner in
+// the background, within the budget. Its failure is not retried: the call
+// that could not tell reported the outage, and the slot expires by itself.
+func (l *Limiter) releaseLater(lim Limit, owner store.Owner, leave bool) {
+	go func() { _ = l.release(context.Background(), &lim, owner, leave) }()
+}
+
+// passOnLater makes, once lim's parent's keep has passed, a call on the
+// parent that passes the slot it kept on to the waiting keys if its key did
+// not take it back: the waiters would otherwise find it at their next poll.
+// The call releases nothing (a fresh owner holds no lease).
+func (l *Limiter) passOnLater(lim Limit) {
+	time.AfterFunc(lim.spec.Parent.keep+time.Millisecond, func() {
+		if !l.closed.Load() {
+			_ = l.release(context.Background(), &lim, store.NewOwner(), false)
+		}
+	})
+}
+
+// admit hands a fully acquired lease to its holder: it starts renewing it and
+// reports SlotAcquired for each slot. If an observer panics, every slot is
+// released, SlotReleased is reported for each SlotAcquired already reported,
+// and the panic goes on.
+func (l *Limiter) admit(ctx context.Context, ls *Lease, waited time.Duration) {
+	ls.admitted = true
+	if !ls.member {
+		l.keeper.add(ls) // member leases are kept by the node's heartbeat
+	}
+	if l.observer == nil {
+		return
+	}
+	reported := 0
+	defer func() {
+		if r := recover(); r != nil {
+			ls.release(reported)
+			panic(r)
+		}
+	}()
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held {
+			// Counted before the call: an observer that panics received the
+			// event (and Observers delivers it to every observer first), so
+			// it receives the SlotReleased that balances it.
+			reported++
+			observe(ctx, l.observer, Event{Kind: SlotAcquired, Family: s.limit.spec.Family, Limit: s.limit, Waited: waited})
+		}
+	}
+}
+
+// refused reports a refusal of lim after waited, to the observer and to the
+// inspection's recent refusals.
+func (l *Limiter) refused(ctx context.Context, lim *Limit, waited time.Duration) {
+	if l.inspect != nil {
+		l.inspect.refused(lim, waited)
+	}
+	if l.observer != nil {
+		observe(ctx, l.observer, Event{Kind: LimitExceeded, Family: lim.spec.Family, Limit: *lim, Waited: waited})
+	}
+}
+
+// emit sends e to the observer; an Event with a Limit takes its family.
+func (l *Limiter) emit(e Event) {
+	if l.observer != nil {
+		if e.Limit.valid() {
+			e.Family = e.Limit.spec.Family
+		}
+		l.observer.Observe(e)
+	}
+}
+
+// partition returns the part of the store that holds pool.
+func (l *Limiter) partition(pool store.PoolID) string {
+	if l.features&store.Partitions == 0 {
+		return ""
+	}
+	return l.store.Partition(pool)
+}
+
+// storeFailed reports the first failure of an outage of the store's
+// partition that holds lim's pool.
+func (l *Limiter) storeFailed(lim *Limit, err error) {
+	part := l.partition(lim.home())
+	if l.outages.failed(part, l.precise()) { // outages are timed precisely: they are rare
+		l.emit(Event{Kind: StoreFailed, Limit: *lim, Node: part, Err: err})
+	}
+}
+
+// storeAnswered ends the outage of pool's partition, if it has one and has
+// answered without failing for RecoverAfter.
+func (l *Limiter) storeAnswered(pool store.PoolID) {
+	if !l.outages.any() {
+		return
+	}
+	part := l.partition(pool)
+	if o, ok := l.outages.answered(part, l.precise()); ok {
+		l.emit(Event{Kind: StoreRecovered, Node: part, Held: l.precise() - o.since, Failures: o.failures})
+	}
+}
+
+// pinnable reports whether Do can take its limits pinned (doPinned): one
+// plain limit, taken without waiting, on a store that pins, with no shadow
+// and no inspection (whose reports read the caller's label from the
+// keeper's list of leases).
+func (l *Limiter) pinnable(limits []Limit) bool {
+	if len(limits) != 1 || !l.has(store.Pinned|store.InProcess) || l.inspect != nil || l.shadowAll {
+		return false
+	}
+	lim := &limits[0]
+	return lim.valid() && lim.plain() && lim.spec.Wait == 0 && !lim.spec.Shadow
+}
+
+// doPinned is Do for a pinnable limit. Its slot is held with no expiry and
+// no renewal, and no Lease is made: nothing but this call can reach it. It
+// takes the slot through takeSlot, as every slot is taken, and reports what
+// acquire, admit and release report for it.
+func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, lim *Limit) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if l.ov != nil {
+		o := l.ov.applyOne(lim)
+		lim = &o
+	}
+	if lim.spec.Max == 0 {
+		l.refused(ctx, lim, 0)
+		return &LimitError{Limit: *lim}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	start := l.now()
+	owner := l.newOwner(start)
+	// Deferred before the store call: a pinned slot does not expire, so an
+	// observer that panics on an event (StoreRecovered, as the slot is
+	// taken; SlotAcquired) must not leave it held. SlotReleased is sent only
+	// if SlotAcquired was (marked before the call: an observer that panics
+	// on it received it).
+	taking, holding, reported := true, false, false
+	defer func() {
+		switch {
+		case holding:
+			l.releasePinned(lim, owner, start, reported)
+		case taking:
+			if r := recover(); r != nil {
+				l.releasePinned(lim, owner, start, false) // it may have been granted
+				panic(r)
+			}
+		}
+	}()
+	o, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
+	taking = false
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			l.releasePinned(lim, owner, start, false) // it may have been granted
+		}
+		return err
+	case o == refused:
+		l.refused(ctx, lim, 0)
+		return &LimitError{Limit: *lim}
+	case o == skipped:
+		return fn(ctx) // unguarded
+	}
+	holding = true
+	if l.observer != nil {
+		reported = true
+		observe(ctx, l.observer, Event{Kind: SlotAcquired, Family: lim.spec.Family, Limit: *lim})
+	}
+	return fn(ctx)
+}
+
+// releasePinned frees doPinned's slot of lim, taken by owner at start, and
+// with report sends SlotReleased. A failed release is retried for a TTL, as
+// a renewed lease's would be.
+func (l *Limiter) releasePinned(lim *Limit, owner store.Owner, start time.Duration, report bool) {
+	if err := l.release(context.Background(), lim, owner, false); err != nil {
+		l.releaser.retry(*lim, owner, l.now()+lim.spec.TTL)
+	}
+	l.waiters.wake(lim.pool)
+	if report && l.observer != nil {
+		l.observer.Observe(Event{Kind: SlotReleased, Family: lim.spec.Family, Limit: *lim, Held: l.precise() - start})
+	}
+}
