@@ -262,8 +262,8 @@ func check(limits []Limit) (time.Duration, error) {
 	wait := time.Duration(-1)
 	for i := range limits {
 		lim := &limits[i] // not copied per check
-		if lim.err != nil {
-			return 0, lim.err
+		if lim.invalid {
+			return 0, lim.spec.Validate()
 		}
 		if !lim.valid() {
 			return 0, fmt.Errorf("%w: limit %d of %d is the zero Limit (make limits with Spec.For)", ErrInvalidLimit, i+1, len(limits))

@@ -104,6 +104,14 @@ type Spec struct {
 	// (the zero value) for an application's and httplimit's limits. Front
 	// doors set their own.
 	Family Family
+	// Shadow makes it a shadow limit: each Acquire decides for it and
+	// reports the decision (events, metrics and logs labelled shadow) but
+	// never refuses, never waits, and never fails on its store, so that a
+	// new cap can be watched on real traffic before it is enforced. A
+	// shadow limit counts in pools of its own, apart from the enforced
+	// limit of the same name and key. Its slot is decided before the
+	// enforced limits' and given back when they refuse.
+	Shadow bool
 
 	// Weight is how many slots each lease takes, of the key's pool and of
 	// its parent: an export that costs 3 of Max 10, a read 1. A lease of
@@ -122,15 +130,6 @@ type Spec struct {
 	// minimum while it holds fewer than Minimum slots of its parent: with no
 	// preemption, a minimum is a priority. At most Max. Needs Parent.
 	Minimum int
-
-	// Shadow makes it a shadow limit: each Acquire decides for it and
-	// reports the decision (events, metrics and logs labelled shadow) but
-	// never refuses, never waits, and never fails on its store, so that a
-	// new cap can be watched on real traffic before it is enforced. A
-	// shadow limit counts in pools of its own, apart from the enforced
-	// limit of the same name and key. Its slot is decided before the
-	// enforced limits' and given back when they refuse.
-	Shadow bool
 }
 
 // Validate reports every field of s that is not allowed, each as an
@@ -202,7 +201,8 @@ func (s Spec) Validate() error {
 // Validate returns; call Validate when s is built to find it sooner.
 func (s Spec) For(key string) Limit {
 	l := Limit{spec: s, key: key, ttlSet: s.TTL != 0}
-	if l.err = s.Validate(); l.err != nil {
+	if s.Validate() != nil {
+		l.invalid = true
 		return l
 	}
 	if l.spec.TTL == 0 {
@@ -223,11 +223,11 @@ func (s Spec) For(key string) Limit {
 // It is an immutable value made by Spec.For; the zero Limit is invalid, and
 // Acquire refuses it.
 type Limit struct {
-	spec   Spec // with the defaults set: TTL, Weight, Share
-	key    string
-	ttlSet bool // the spec set a TTL: a member lease keeps it
-	pool   store.PoolID
-	err    error // Validate's, when the spec is invalid
+	spec    Spec // with the defaults set: TTL, Weight, Share
+	key     string
+	pool    store.PoolID
+	ttlSet  bool // the spec set a TTL: a member lease keeps it
+	invalid bool // the spec is invalid: Acquire returns what Validate says
 }
 
 // Spec returns the limit's spec, its defaults filled in (TTL, Weight, and
@@ -265,7 +265,7 @@ func (l Limit) String() string {
 }
 
 // valid reports whether l was made by For from a valid spec.
-func (l *Limit) valid() bool { return l.spec.Name != "" && l.err == nil }
+func (l *Limit) valid() bool { return l.spec.Name != "" && !l.invalid }
 
 // shadowFamily marks the family byte of a shadow limit's pools, so that
 // they are never an enforced limit's.
