@@ -2,6 +2,7 @@ package keycap
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -283,12 +284,14 @@ func check(limits []Limit) (time.Duration, error) {
 // owners stamps the owner tokens of a Limiter's leases.
 type owners struct {
 	tag      store.Tag // the node's (nodeTag)
+	tagBits  uint32    // the same, big-endian
 	wallBase int64     // the Limiter's clock origin in Unix milliseconds
 	seq      atomic.Uint64
 }
 
 func (o *owners) init(l *Limiter) {
 	o.tag = nodeTag(l.nodes.name)
+	o.tagBits = binary.BigEndian.Uint32(o.tag[:])
 	o.wallBase = l.base.UnixMilli()
 	o.seq.Store(rand.Uint64())
 }
@@ -300,13 +303,13 @@ func (o *owners) init(l *Limiter) {
 // never across nodes. An inspection's holders then show, on any server, how
 // old a lease is and which node holds it.
 func (l *Limiter) newOwner(now time.Duration) store.Owner {
-	var o store.Owner
-	copy(o[:4], l.owners.tag[:])
-	ms := l.owners.wallBase + int64(now/time.Millisecond)
-	o[4], o[5], o[6], o[7], o[8], o[9] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+	ms := uint64(l.owners.wallBase + int64(now/time.Millisecond))
 	seq := l.owners.seq.Add(1)
-	o[10] = 'k'
-	o[11], o[12], o[13], o[14], o[15] = byte(seq>>32), byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+	// Two 8-byte stores rather than sixteen byte stores: the token is read
+	// back whole at once, which bytes just stored one by one would stall.
+	var o store.Owner
+	binary.BigEndian.PutUint64(o[:8], uint64(l.owners.tagBits)<<32|ms>>16&0xffffffff)
+	binary.BigEndian.PutUint64(o[8:], (ms&0xffff)<<48|uint64('k')<<40|seq&0xffffffffff)
 	return o
 }
 

@@ -221,6 +221,7 @@ func (o Override) applyTo(lim Limit) Limit {
 		}
 		sp.Minimum = min(sp.Minimum, sp.Max)
 	}
+	lim.share()
 	return lim
 }
 

@@ -216,6 +216,7 @@ func (s Spec) For(key string) Limit {
 	if s.Shadow && s.Parent != nil {
 		l.makeShadow() // its parent's pool is the shadow's too
 	}
+	l.share()
 	return l
 }
 
@@ -226,8 +227,9 @@ type Limit struct {
 	spec    Spec // with the defaults set: TTL, Weight, Share
 	key     string
 	pool    store.PoolID
-	ttlSet  bool // the spec set a TTL: a member lease keeps it
-	invalid bool // the spec is invalid: Acquire returns what Validate says
+	shared  *store.Shared // what its demands add: nil for a plain limit
+	ttlSet  bool          // the spec set a TTL: a member lease keeps it
+	invalid bool          // the spec is invalid: Acquire returns what Validate says
 }
 
 // Spec returns the limit's spec, its defaults filled in (TTL, Weight, and
@@ -289,6 +291,7 @@ func (l *Limit) makeShadow() {
 		sp := *p
 		sp.pool = store.PoolOf(store.Internal|store.Shadow, "parent", sp.name)
 		l.spec.Parent = &sp
+		l.share()
 	}
 }
 
@@ -307,9 +310,21 @@ func (l *Limit) home() store.PoolID {
 
 // demand is what a lease of owner asks of the store for l.
 func (l *Limit) demand(owner store.Owner) store.Demand {
-	d := store.Demand{Pool: l.pool, Owner: owner, Max: l.spec.Max, TTL: l.spec.TTL, Weight: l.spec.Weight}
-	if p := l.spec.Parent; p != nil {
-		d.Parent = store.Parent{Pool: p.pool, Max: p.max, Share: l.spec.Share, Min: l.spec.Minimum, Keep: p.keep}
+	return store.Demand{Pool: l.pool, Owner: owner, Max: l.spec.Max, TTL: l.spec.TTL, Shared: l.shared}
+}
+
+// share sets what l's demands add to a plain slot (store.Shared): built
+// once per limit, so that a demand stays small and a take allocates
+// nothing. Called whenever the spec's weight, parent, share or minimum is
+// set or changed.
+func (l *Limit) share() {
+	if l.plain() {
+		l.shared = nil
+		return
 	}
-	return d
+	sh := &store.Shared{Weight: l.spec.Weight}
+	if p := l.spec.Parent; p != nil {
+		sh.Parent = store.Parent{Pool: p.pool, Max: p.max, Share: l.spec.Share, Min: l.spec.Minimum, Keep: p.keep}
+	}
+	l.shared = sh
 }

@@ -249,14 +249,15 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 // after the budget ran out is freed in the background, unless the caller
 // asks again with the same owner (retry, or a ticket).
 func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, retry bool) (outcome, error) {
-	d := lim.demand(owner)
-	d.Line, d.Pinned = tk, pin
-	var g store.Grant
-	err := l.call(ctx, lim, func(ctx context.Context) error {
-		var err error
-		g, err = l.store.Acquire(ctx, d)
-		return err
-	})
+	bctx, cancel, budget := l.deadline(ctx, lim)
+	// The demand is built in the call: a Demand built before it costs a
+	// copy more, which Do's few nanoseconds notice.
+	g, err := l.store.Acquire(bctx, store.Demand{Pool: lim.pool, Owner: owner, Max: lim.spec.Max, TTL: lim.spec.TTL,
+		Line: tk, Pinned: pin, Shared: lim.shared})
+	if err != nil || cancel != nil {
+		err = l.end(ctx, bctx, cancel, budget, err)
+	}
+	l.account(ctx, lim, err)
 	switch {
 	case err == nil && g.Granted:
 		return held, nil
@@ -274,29 +275,46 @@ func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, t
 	return skipped, nil
 }
 
-// call runs op, one store call made for lim, under the failure policy of
-// every store call (run), and accounts for its outcome: a failure is
-// reported as the outage of the store's partition that holds lim's pool,
-// once per outage; a success ends that outage once the partition has
-// answered for RecoverAfter. The caller's context ending is no failure.
+// The failure policy of every store call, in three steps: bound gives the
+// call the decision budget as its deadline (none on a store that lives in
+// the process); end classifies its outcome: nil, the caller's context
+// error when ctx ended (whatever the store returned, and never a
+// failure), a *BudgetError when the budget ran out first, or the store's
+// error; account reports a failure as the outage of the store's partition
+// that holds lim's pool, once per outage, and a success ends that outage
+// once the partition has answered for RecoverAfter. The hot calls (a take,
+// a release) make the three steps around their store call; the others go
+// through run (and call, where outages are counted).
+
+// call runs op, one store call made for lim, under the failure policy,
+// outages counted.
 func (l *Limiter) call(ctx context.Context, lim *Limit, op func(ctx context.Context) error) error {
-	err := l.run(ctx, l.budgetOf(lim), op)
-	switch {
-	case err == nil:
-		l.storeAnswered(lim.home())
-	case ctx.Err() == nil:
-		l.storeFailed(lim, err)
-	}
-	return err
+	return l.account(ctx, lim, l.run(ctx, l.budgetOf(lim), op))
 }
 
-// run runs op within the decision budget d (no deadline on a store that
-// lives in the process). It returns nil, the caller's context error when
-// ctx ended (whatever op returned), a *BudgetError when the budget ran out
-// first, or op's error.
+// run runs op within the decision budget d, and returns end's verdict.
 func (l *Limiter) run(ctx context.Context, d time.Duration, op func(ctx context.Context) error) error {
 	bctx, cancel := l.bound(ctx, d)
-	err := op(bctx)
+	return l.end(ctx, bctx, cancel, d, op(bctx))
+}
+
+// deadline is bound for a call made for lim, within its budget, without
+// a call on a store that lives in the process: its cancel is then nil.
+func (l *Limiter) deadline(ctx context.Context, lim *Limit) (context.Context, context.CancelFunc, time.Duration) {
+	if l.features&store.InProcess != 0 {
+		return ctx, nil, 0
+	}
+	budget := l.budgetOf(lim)
+	bctx, cancel := l.bound(ctx, budget)
+	return bctx, cancel, budget
+}
+
+// end classifies err, what a store call made with bctx (from bound, within
+// budget, for a caller's ctx) returned, and ends bctx (cancel may be nil).
+func (l *Limiter) end(ctx, bctx context.Context, cancel context.CancelFunc, budget time.Duration, err error) error {
+	if cancel == nil {
+		cancel = noop
+	}
 	if err == nil {
 		cancel()
 		return nil
@@ -307,7 +325,21 @@ func (l *Limiter) run(ctx context.Context, d time.Duration, op func(ctx context.
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case late:
-		return &BudgetError{Budget: d, Err: err}
+		return &BudgetError{Budget: budget, Err: err}
+	}
+	return err
+}
+
+// account reports err, end's verdict on a store call for lim, to the
+// outage tracking, and returns it.
+func (l *Limiter) account(ctx context.Context, lim *Limit, err error) error {
+	switch {
+	case err == nil:
+		if l.outages.any() {
+			l.storeAnswered(lim.home())
+		}
+	case ctx.Err() == nil:
+		l.storeFailed(lim, err)
 	}
 	return err
 }
@@ -357,12 +389,13 @@ func (l *Limiter) releaseSlot(owner store.Owner, s *slot) {
 // failure policy. A slot a parent keeps for its key is passed on once the
 // parent's keep has passed, if nobody took it back.
 func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, leave bool) error {
-	var kept bool
-	err := l.call(ctx, lim, func(ctx context.Context) error {
-		var err error
-		kept, err = l.store.Release(ctx, lim.demand(owner), leave)
-		return err
-	})
+	bctx, cancel, budget := l.deadline(ctx, lim)
+	kept, err := l.store.Release(bctx, store.Demand{Pool: lim.pool, Owner: owner, Max: lim.spec.Max, TTL: lim.spec.TTL,
+		Shared: lim.shared}, leave)
+	if err != nil || cancel != nil {
+		err = l.end(ctx, bctx, cancel, budget, err)
+	}
+	l.account(ctx, lim, err)
 	if kept {
 		l.passOnLater(*lim)
 	}

@@ -47,33 +47,33 @@ func (s *Store) acquireShared(d store.Demand, t *store.Ticket) store.Grant {
 		return s.acquireWeighted(d, t)
 	}
 	now := s.clock()
-	sh := s.shard(d.Parent.Pool)
+	sh := s.shard(d.Shared.Parent.Pool)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
-	pa := sh.parents[d.Parent.Pool]
+	pa := sh.parents[d.Shared.Parent.Pool]
 	if pa == nil {
 		pa = &parent{kids: make(map[store.PoolID]*kid), lined: make(map[store.PoolID]*kid)}
-		sh.parents[d.Parent.Pool] = pa
+		sh.parents[d.Shared.Parent.Pool] = pa
 	}
-	pa.max = d.Parent.Max
+	pa.max = d.Shared.Parent.Max
 	pa.expire(now) // before the kid is looked up: it drops empty kids
 	k := pa.kids[d.Pool]
 	if k == nil {
 		k = &kid{}
 		pa.kids[d.Pool] = k
 	}
-	k.max, k.share, k.min = d.Max, max(d.Parent.Share, 1), d.Parent.Min
+	k.max, k.share, k.min = d.Max, max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min
 	granted := pa.fill(now)
 	ok, ahead := pa.take(d, k, t, now)
 	sh.mu.Unlock()
-	s.hub.notify(d.Parent.Pool, granted)
+	s.hub.notify(d.Shared.Parent.Pool, granted)
 	return store.Grant{Granted: ok, Ahead: ahead}
 }
 
 // take grants d to k, or queues it with t: the caller has dropped the
 // parent's expired leases and filled its free slots.
 func (pa *parent) take(d store.Demand, k *kid, t *store.Ticket, now time.Duration) (bool, int) {
-	w := max(d.Weight, 1)
+	w := d.Weight()
 	if i := k.find(d.Owner); i >= 0 {
 		k.leases[i].expires = now + d.TTL
 		pa.dequeue(d.Pool, k, d.Owner)
@@ -278,10 +278,10 @@ func (s *Store) releaseShared(d store.Demand, dequeue bool) bool {
 		return false
 	}
 	kept := false
-	sh := s.shard(d.Parent.Pool)
+	sh := s.shard(d.Shared.Parent.Pool)
 	sh.mu.Lock()
 	var granted []store.Owner
-	if pa := sh.parents[d.Parent.Pool]; pa != nil {
+	if pa := sh.parents[d.Shared.Parent.Pool]; pa != nil {
 		var now time.Duration
 		if len(pa.lined) > 0 { // only then is the clock read
 			now = s.clock()
@@ -295,8 +295,8 @@ func (s *Store) releaseShared(d store.Demand, dequeue bool) bool {
 				w := k.leases[i].slots()
 				pa.held -= w
 				k.remove(i)
-				if !dequeue && d.Parent.Keep > 0 && len(pa.lined) > 0 {
-					kept = pa.keep(k, w, now, now+d.Parent.Keep)
+				if !dequeue && d.Shared.Parent.Keep > 0 && len(pa.lined) > 0 {
+					kept = pa.keep(k, w, now, now+d.Shared.Parent.Keep)
 				}
 			}
 		}
@@ -305,7 +305,7 @@ func (s *Store) releaseShared(d store.Demand, dequeue bool) bool {
 		}
 	}
 	sh.mu.Unlock()
-	s.hub.notify(d.Parent.Pool, granted)
+	s.hub.notify(d.Shared.Parent.Pool, granted)
 	return kept
 }
 
@@ -321,7 +321,7 @@ func (s *Store) acquireWeighted(d store.Demand, t *store.Ticket) store.Grant {
 		pl = &pool{}
 		sh.pools[d.Pool] = pl
 	}
-	w := max(d.Weight, 1)
+	w := d.Weight()
 	ok, granted := pl.acquire(d.Owner, w, d.Max, now, now+d.TTL)
 	ahead := 0
 	switch {

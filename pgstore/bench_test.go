@@ -44,14 +44,14 @@ func BenchmarkRoundTrips(b *testing.B) {
 	for i := range sync {
 		sync[i] = store.SyncPool{Pool: store.PoolOf(0, "rt-sync", fmt.Sprint(i)), Members: []store.Owner{store.MemberOf(node, fmt.Sprint(i))}}
 	}
-	weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: 2}
+	weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 2}}
 	parent := keycap.MustParent("rt", 5).Pool()
-	kid := store.Demand{Pool: store.PoolOf(0, "rt", "kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: 1,
-		Parent: store.Parent{Pool: parent, Max: 5, Share: 1, Keep: keycap.DefaultKeep}}
+	kid := store.Demand{Pool: store.PoolOf(0, "rt", "kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 1,
+		Parent: store.Parent{Pool: parent, Max: 5, Share: 1, Keep: keycap.DefaultKeep}}}
 	fullParent := keycap.MustParent("rt-full", 5).Pool()
 	fullKid := func() store.Demand {
-		return store.Demand{Pool: store.PoolOf(0, "rt", "full-kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Hour, Weight: 1,
-			Parent: store.Parent{Pool: fullParent, Max: 5, Share: 1}}
+		return store.Demand{Pool: store.PoolOf(0, "rt", "full-kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Hour, Shared: &store.Shared{Weight: 1,
+			Parent: store.Parent{Pool: fullParent, Max: 5, Share: 1}}}
 	}
 	for range 5 {
 		_, _ = s.Acquire(ctx, fullKid())

@@ -77,8 +77,8 @@ func TestInspectParentsAndKeys(t *testing.T) {
 	parent := keycap.MustParent("inspect-parent", 3).Pool()
 	kid := func(key string) store.PoolID { return store.PoolOf(0, "inspect-kid", key) }
 	demand := func(key string) store.Demand {
-		return store.Demand{Pool: kid(key), Owner: store.NewOwner(), Max: 3, TTL: time.Minute, Weight: 1,
-			Parent: store.Parent{Pool: parent, Max: 3, Share: 1}}
+		return store.Demand{Pool: kid(key), Owner: store.NewOwner(), Max: 3, TTL: time.Minute, Shared: &store.Shared{Weight: 1,
+			Parent: store.Parent{Pool: parent, Max: 3, Share: 1}}}
 	}
 	held := map[store.PoolID][]store.Owner{}
 	for _, key := range []string{"a", "a", "b"} {

@@ -17,12 +17,12 @@ func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant,
 	if d.Line.TTL > 0 {
 		tttl, claim = ms(d.Line.TTL), ms(d.Line.Claim)
 	}
-	w := max(d.Weight, 1)
+	w := d.Weight()
 	var g store.Grant
 	var err error
 	if d.HasParent() {
-		err = s.pool.QueryRow(ctx, s.sql["ptake"], d.Parent.Pool[:], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w,
-			d.Parent.Max, max(d.Parent.Share, 1), d.Parent.Min, tttl, claim).Scan(&g.Granted, &g.Ahead)
+		err = s.pool.QueryRow(ctx, s.sql["ptake"], d.Shared.Parent.Pool[:], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w,
+			d.Shared.Parent.Max, max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, tttl, claim).Scan(&g.Granted, &g.Ahead)
 	} else {
 		err = s.pool.QueryRow(ctx, s.sql["wtake"], d.Pool[:], d.Owner[:], d.Max, ms(d.TTL), w, tttl, claim).Scan(&g.Granted, &g.Ahead)
 	}
@@ -33,13 +33,13 @@ func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant,
 }
 
 // releaseShared frees a parent's key's lease: one call of pgive, which
-// may keep the slot for the key (d.Parent.Keep) and reports whether it did.
+// may keep the slot for the key (d.Shared.Parent.Keep) and reports whether it did.
 func (s *Store) releaseShared(ctx context.Context, d store.Demand, leave bool) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var kept bool
-	if err := s.pool.QueryRow(ctx, s.sql["pgive"], d.Parent.Pool[:], d.Pool[:], d.Owner[:], leave,
-		ms(d.Parent.Keep), max(d.Parent.Share, 1), d.Parent.Min).Scan(&kept); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql["pgive"], d.Shared.Parent.Pool[:], d.Pool[:], d.Owner[:], leave,
+		ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min).Scan(&kept); err != nil {
 		return false, wrap("release", err)
 	}
 	return kept, nil

@@ -246,11 +246,11 @@ func BenchmarkScriptCost(b *testing.B) {
 					_, err := s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
 					return err
 				}
-				d := store.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute, Weight: 1}
+				d := store.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute, Shared: &store.Shared{Weight: 1}}
 				if kind == "weight=2" {
-					d.Weight = 2
+					d.Shared.Weight = 2
 				} else {
-					d.Parent = store.Parent{Pool: parent, Max: 1 << 20, Share: 1, Keep: keycap.DefaultKeep}
+					d.Shared.Parent = store.Parent{Pool: parent, Max: 1 << 20, Share: 1, Keep: keycap.DefaultKeep}
 				}
 				if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
 					return fmt.Errorf("acquire: %v %v", g.Granted, err)

@@ -88,14 +88,15 @@ func TestInspectPagesParentsAndCarries(t *testing.T) {
 			for i := range 20 {
 				kid := store.PoolOf(0, name, fmt.Sprint(pn, i))
 				w := 1 + i%3
-				d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: w, Parent: store.Parent{Pool: parent.Pool(), Max: 100, Share: 1}}
+				d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: w, Parent: store.Parent{Pool: parent.Pool(), Max: 100, Share: 1}}}
 				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
 					t.Fatal(g.Granted, err)
 				}
 				want[kid] = w
 				parentHeld += w + 1
 				// Another name's key under the same parent: not shown.
-				d.Pool, d.Owner, d.Weight = store.PoolOf(0, "insp-other", fmt.Sprint(pn, i)), store.NewOwner(), 1
+				d.Pool, d.Owner = store.PoolOf(0, "insp-other", fmt.Sprint(pn, i)), store.NewOwner()
+				d.Shared = &store.Shared{Weight: 1, Parent: d.Shared.Parent}
 				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
 					t.Fatal(g.Granted, err)
 				}
@@ -157,7 +158,7 @@ func TestInspectLinesAlone(t *testing.T) {
 		}
 		parent := keycap.MustParent("insp-alone-parent", 1)
 		kid := store.PoolOf(0, name, "kid")
-		d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 1, TTL: time.Second, Weight: 1, Parent: store.Parent{Pool: parent.Pool(), Max: 1, Share: 1}}
+		d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 1, TTL: time.Second, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent.Pool(), Max: 1, Share: 1}}}
 		if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
 			t.Fatal(g.Granted, err)
 		}
@@ -386,7 +387,7 @@ func TestInspectRoundTrips(t *testing.T) {
 				t.Fatal(g.Granted, err)
 			}
 			if i < 5 {
-				d := store.Demand{Pool: store.PoolOf(0, name, fmt.Sprint("kid", i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Weight: 1, Parent: store.Parent{Pool: parent, Max: 10, Share: 1}}
+				d := store.Demand{Pool: store.PoolOf(0, name, fmt.Sprint("kid", i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent, Max: 10, Share: 1}}}
 				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
 					t.Fatal(g.Granted, err)
 				}

@@ -95,7 +95,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 				t.Fatal(err)
 			}
 			// ...and share.lua, on the parent's node.
-			warm := store.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second, Weight: 1, Parent: store.Parent{Pool: keycap.MustParent("rt", 4).Pool(), Max: 4, Share: 1}}
+			warm := store.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: keycap.MustParent("rt", 4).Pool(), Max: 4, Share: 1}}}
 			if _, err := s.Acquire(ctx, warm); err != nil {
 				t.Fatal(err)
 			}
@@ -176,8 +176,8 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			// Weights and parents: every decision one round trip too.
 			parent := keycap.MustParent("rt", 4).Pool()
 			d := func(key string, max, weight int) store.Demand {
-				return store.Demand{Pool: store.PoolOf(0, "rt-kid", key), Owner: store.NewOwner(), Max: max, TTL: time.Minute, Weight: weight,
-					Parent: store.Parent{Pool: parent, Max: 4, Share: 1, Keep: time.Minute}}
+				return store.Demand{Pool: store.PoolOf(0, "rt-kid", key), Owner: store.NewOwner(), Max: max, TTL: time.Minute, Shared: &store.Shared{Weight: weight,
+					Parent: store.Parent{Pool: parent, Max: 4, Share: 1, Keep: time.Minute}}}
 			}
 			take := func(what string, dm store.Demand, want bool) {
 				t.Helper()
@@ -195,7 +195,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 					}
 				})
 			}
-			weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Weight: 3}
+			weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Shared: &store.Shared{Weight: 3}}
 			take("weighted acquire", weighted, true)
 			measure("weighted renewal", 4, func() {
 				if err := s.Renew(ctx, []store.Renewal{{Pool: weighted.Pool, Owner: weighted.Owner, TTL: time.Minute, Weight: 3}}); err != nil {
@@ -322,12 +322,12 @@ func TestFeatures(t *testing.T) {
 			pool := store.PoolOf(0, "pinned", tc.name)
 			for _, d := range []store.Demand{
 				{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Pinned: true},
-				{Pool: pool, Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Weight: 2, Pinned: true},
+				{Pool: pool, Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Shared: &store.Shared{Weight: 2}, Pinned: true},
 				{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Minute, Claim: time.Minute}, Pinned: true},
 			} {
 				g, err := s.Acquire(ctx, d)
 				if !errors.Is(err, store.ErrNotSupported) || !errors.Is(err, keycap.ErrNotSupported) || g.Granted {
-					t.Fatalf("Acquire of a pinned demand (weight %d, line %v) = %+v, %v; want an error matching ErrNotSupported", d.Weight, d.Line, g, err)
+					t.Fatalf("Acquire of a pinned demand (weight %d, line %v) = %+v, %v; want an error matching ErrNotSupported", d.Weight(), d.Line, g, err)
 				}
 				var nse *store.NotSupportedError
 				if !errors.As(err, &nse) || nse.Feature != store.Pinned {

@@ -50,17 +50,17 @@ func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant,
 	var script *redis.Script
 	var keys []string
 	var args []any
-	w := max(d.Weight, 1)
+	w := d.Weight()
 	switch {
 	case d.HasParent():
 		var lines, channel string
-		keys, lines, channel = s.shareNames(d.Parent.Pool)
+		keys, lines, channel = s.shareNames(d.Shared.Parent.Pool)
 		var tttl, claim int64
 		if t != nil {
 			tttl, claim = ms(t.TTL), ms(t.Claim)
 		}
 		script = shareScript
-		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.Parent.Max, max(d.Parent.Share, 1), d.Parent.Min, tttl, claim}
+		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.Shared.Parent.Max, max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, tttl, claim}
 	case t != nil:
 		var channel string
 		keys, channel = s.names(d.Pool)
@@ -118,19 +118,19 @@ func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant,
 // a parent, as a plain release (or leaving the line) with the lease's
 // members; with a parent, one EVALSHA of share.lua.
 func (s *Store) releaseShared(ctx context.Context, d store.Demand, dequeue bool) (bool, error) {
-	w := max(d.Weight, 1)
+	w := d.Weight()
 	var err error
 	kept := false
 	switch {
 	case d.HasParent():
-		keys, lines, channel := s.shareNames(d.Parent.Pool)
+		keys, lines, channel := s.shareNames(d.Shared.Parent.Pool)
 		leave := 0
 		if dequeue {
 			leave = 1
 		}
 		var res []int64
 		res, err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave,
-			ms(d.Parent.Keep), max(d.Parent.Share, 1), d.Parent.Min).Int64Slice()
+			ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min).Int64Slice()
 		kept = err == nil && len(res) == 2 && res[1] == 1
 	case dequeue:
 		keys, channel := s.names(d.Pool)

@@ -46,15 +46,10 @@ type NodeID [8]byte
 
 // Demand is one lease asked of a store (Acquire), or given back (Release).
 type Demand struct {
-	Pool   PoolID
-	Owner  Owner
-	Max    int           // the pool's max, at least 1
-	TTL    time.Duration // the lease's
-	Weight int           // slots the lease takes: 0 or 1 for one; more needs Shares
-
-	// Parent is the total the pool shares with other keys' pools (Shares);
-	// zero when none.
-	Parent Parent
+	Pool  PoolID
+	Owner Owner
+	Max   int           // the pool's max, at least 1
+	TTL   time.Duration // the lease's
 
 	// Line, on Acquire, queues a refused caller in the pool's line (Lines):
 	// a zero Line takes no ticket.
@@ -63,13 +58,32 @@ type Demand struct {
 	// Pinned, on Acquire, holds the slot with no expiry (Pinned); TTL is
 	// then only what an inspection shows as its time left.
 	Pinned bool
+
+	// Shared is what a lease that takes more than one slot, or whose pool
+	// shares a parent, adds (Shares); nil for a plain slot. Stores read it
+	// and never change it: the Limiter builds it once per limit.
+	Shared *Shared
+}
+
+// Shared is the weight and the parent of a Demand.
+type Shared struct {
+	Weight int    // slots the lease takes, at least 1
+	Parent Parent // the total the pool shares with other keys' pools; a zero Pool when none
+}
+
+// Plain reports whether d takes one slot and has no parent.
+func (d *Demand) Plain() bool { return d.Shared == nil }
+
+// Weight returns the slots d takes.
+func (d *Demand) Weight() int {
+	if d.Shared == nil {
+		return 1
+	}
+	return max(d.Shared.Weight, 1)
 }
 
 // HasParent reports whether d's pool shares a parent.
-func (d *Demand) HasParent() bool { return d.Parent.Pool != PoolID{} }
-
-// Plain reports whether d takes one slot and has no parent.
-func (d *Demand) Plain() bool { return d.Weight <= 1 && d.Parent.Pool == PoolID{} }
+func (d *Demand) HasParent() bool { return d.Shared != nil && d.Shared.Parent.Pool != PoolID{} }
 
 // Parent is the total a demand's pool shares with other keys' pools. When
 // nobody waits, a key may use the parent's idle capacity up to its own max;

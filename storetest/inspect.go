@@ -112,7 +112,7 @@ func testInspectPools(t *testing.T, open func() keycap.Store) {
 		}
 	}
 	if a.Features().Has(store.Shares) {
-		d := store.Demand{Pool: id("heavy"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Weight: 3}
+		d := store.Demand{Pool: id("heavy"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 3}}
 		if g, err := a.Acquire(ctx(t), d); err != nil || !g.Granted {
 			t.Fatalf("Acquire of weight 3: %v, %v", g.Granted, err)
 		}

@@ -46,13 +46,13 @@ func newFamily(name string, max int) family {
 
 func (f family) demand(key string, o store.Owner, max, weight int) store.Demand {
 	return store.Demand{
-		Pool: pool("kid:" + key), Owner: o, Max: max, TTL: time.Minute, Weight: weight,
-		Parent: store.Parent{Pool: f.parent, Max: f.max, Share: 1},
+		Pool: pool("kid:" + key), Owner: o, Max: max, TTL: time.Minute,
+		Shared: &store.Shared{Weight: weight, Parent: store.Parent{Pool: f.parent, Max: f.max, Share: 1}},
 	}
 }
 
 func weighted(name string, o store.Owner, max, weight int) store.Demand {
-	return store.Demand{Pool: pool(name), Owner: o, Max: max, TTL: time.Minute, Weight: weight}
+	return store.Demand{Pool: pool(name), Owner: o, Max: max, TTL: time.Minute, Shared: &store.Shared{Weight: weight}}
 }
 
 // acquireDemand acquires (tk nil) or queues d and returns the grant.
@@ -63,7 +63,7 @@ func acquireDemand(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticke
 	}
 	g, err := s.Acquire(ctx(t), d)
 	if err != nil {
-		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v): %v", d.Weight, d.Max, d.Parent.Max, tk != nil, err)
+		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v): %v", d.Weight(), d.Max, d.Shared.Parent.Max, tk != nil, err)
 	}
 	return g
 }
@@ -73,7 +73,7 @@ func take(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticket, want b
 	t.Helper()
 	g := acquireDemand(t, s, d, tk)
 	if g.Granted != want {
-		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v) granted = %v, want %v", d.Weight, d.Max, d.Parent.Max, tk != nil, g.Granted, want)
+		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v) granted = %v, want %v", d.Weight(), d.Max, d.Shared.Parent.Max, tk != nil, g.Granted, want)
 	}
 	return g.Ahead
 }
@@ -204,7 +204,7 @@ func testShareSplit(t *testing.T, open func() keycap.Store) {
 	var as, bs []store.Demand
 	for range 6 {
 		a := f.demand("a", store.NewOwner(), 6, 1)
-		a.Parent.Share = 2
+		a.Shared.Parent.Share = 2
 		take(t, s, a, &longTicket, false)
 		as = append(as, a)
 		b := f.demand("b", store.NewOwner(), 6, 1)
@@ -238,7 +238,7 @@ func testMinimum(t *testing.T, open func() keycap.Store) {
 	other := f.demand("other", store.NewOwner(), 4, 1)
 	take(t, s, other, &longTicket, false)
 	gd := f.demand("guaranteed", store.NewOwner(), 4, 1)
-	gd.Parent.Min = 3
+	gd.Shared.Parent.Min = 3
 	take(t, s, gd, &longTicket, false)
 	give(t, s, held[0], false) // guaranteed holds 2 < 3: before other's 0
 	take(t, s, gd, &longTicket, true)
@@ -417,7 +417,7 @@ func testKeep(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("keep", 3)
 	light := f.demand("light", store.NewOwner(), 3, 1)
-	light.Parent.Keep = time.Minute
+	light.Shared.Parent.Keep = time.Minute
 	take(t, s, light, nil, true)
 	busy := holdN(t, s, f, "busy", 2, 3)
 	waiter := f.demand("busy", store.NewOwner(), 3, 1)
@@ -428,9 +428,9 @@ func testKeep(t *testing.T, open func() keycap.Store) {
 	take(t, s, waiter, &longTicket, false) // not handed to busy
 	take(t, s, f.demand("other", store.NewOwner(), 3, 1), nil, false)
 	next := f.demand("light", store.NewOwner(), 3, 1)
-	next.Parent.Keep = time.Minute
+	next.Shared.Parent.Keep = time.Minute
 	take(t, s, next, nil, true) // the light key's next caller takes it
-	busy[0].Parent.Keep = time.Minute
+	busy[0].Shared.Parent.Keep = time.Minute
 	if release(t, s, busy[0]) { // busy has a waiter of its own: the slot goes to its line
 		t.Fatal("a slot was kept for a key that would not be served first")
 	}
@@ -443,7 +443,7 @@ func testKeepExpires(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("keep-expires", 2)
 	light := f.demand("light", store.NewOwner(), 2, 1)
-	light.Parent.Keep = 2 * time.Second // long enough for the next call to find it, on a loaded machine
+	light.Shared.Parent.Keep = 2 * time.Second // long enough for the next call to find it, on a loaded machine
 	take(t, s, light, nil, true)
 	holdN(t, s, f, "busy", 1, 2)
 	waiter := f.demand("busy", store.NewOwner(), 2, 1)

@@ -69,7 +69,12 @@ const prevBudget = 250 * time.Millisecond
 // ok is false when the old store cannot count it (a weight or a parent on a
 // store without shares): the new store then decides alone.
 func (h *handover) forPrev(d store.Demand) (store.Demand, bool) {
-	d.Line, d.Pinned, d.Parent.Keep = store.Ticket{}, false, 0
+	d.Line, d.Pinned = store.Ticket{}, false
+	if d.Shared != nil && d.Shared.Parent.Keep != 0 {
+		sh := *d.Shared // the Limiter's, shared by every demand of the limit: not changed
+		sh.Parent.Keep = 0
+		d.Shared = &sh
+	}
 	return d, d.Plain() || h.prev.Features().Has(store.Shares)
 }
 
