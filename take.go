@@ -539,20 +539,10 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	// taken; SlotAcquired) must not leave it held. SlotReleased is sent only
 	// if SlotAcquired was (marked before the call: an observer that panics
 	// on it received it).
-	taking, holding, reported := true, false, false
-	defer func() {
-		switch {
-		case holding:
-			l.releasePinned(lim, owner, start, reported)
-		case taking:
-			if r := recover(); r != nil {
-				l.releasePinned(lim, owner, start, false) // it may have been granted
-				panic(r)
-			}
-		}
-	}()
+	st := pinState{taking: true}
+	defer l.pinnedDone(lim, owner, start, &st)
 	o, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
-	taking = false
+	st.taking = false
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {
@@ -565,12 +555,30 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	case o == skipped:
 		return fn(ctx) // unguarded
 	}
-	holding = true
+	st.holding = true
 	if l.observer != nil {
-		reported = true
+		st.reported = true
 		observe(ctx, l.observer, Event{Kind: SlotAcquired, Family: lim.spec.Family, Limit: *lim})
 	}
 	return fn(ctx)
+}
+
+// pinState is where doPinned is: taking its slot, holding it, and whether
+// SlotAcquired was sent.
+type pinState struct{ taking, holding, reported bool }
+
+// pinnedDone, deferred by doPinned, releases its slot when held, and when
+// a panic (an observer's, on the event of the take) cut the take short.
+func (l *Limiter) pinnedDone(lim *Limit, owner store.Owner, start time.Duration, st *pinState) {
+	switch {
+	case st.holding:
+		l.releasePinned(lim, owner, start, st.reported)
+	case st.taking:
+		if r := recover(); r != nil {
+			l.releasePinned(lim, owner, start, false) // it may have been granted
+			panic(r)
+		}
+	}
 }
 
 // releasePinned frees doPinned's slot of lim, taken by owner at start, and
