@@ -105,11 +105,11 @@ func (p *partitionedStore) Features() store.Features {
 	return p.faultStore.Features() | store.Partitions
 }
 
-func (p *partitionedStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
-	if p.failB && p.Partition(d.Pool) == "b" {
+func (p *partitionedStore) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
+	if p.failB && p.Partition(pool) == "b" {
 		return store.Grant{}, errDown
 	}
-	return p.faultStore.Acquire(ctx, d)
+	return p.faultStore.Acquire(ctx, pool, owner, d)
 }
 
 // TestOutagePerPartition: one failing node of a store is one outage, reported

@@ -80,13 +80,13 @@ type minimalStore struct {
 	c     *calls
 }
 
-func (s minimalStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s minimalStore) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	s.c.acquire(d)
-	return s.inner.Acquire(ctx, d)
+	return s.inner.Acquire(ctx, pool, owner, d)
 }
 
-func (s minimalStore) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
-	return s.inner.Release(ctx, d, leave)
+func (s minimalStore) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
+	return s.inner.Release(ctx, pool, owner, d, leave)
 }
 
 func (s minimalStore) Renew(ctx context.Context, batch []store.Renewal) error {
@@ -103,9 +103,9 @@ type hiddenFeatures struct {
 
 func (hiddenFeatures) Features() store.Features { return 0 }
 
-func (s hiddenFeatures) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s hiddenFeatures) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	s.c.acquire(d)
-	return s.Store.Acquire(ctx, d)
+	return s.Store.Acquire(ctx, pool, owner, d)
 }
 
 func (s hiddenFeatures) Notify(ctx context.Context, p store.PoolID, fn func([]store.Owner)) (func(), error) {

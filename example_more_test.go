@@ -63,11 +63,13 @@ type downStore struct{ store.Unsupported }
 
 var errRefused = errors.New("connection refused")
 
-func (downStore) Acquire(context.Context, store.Demand) (store.Grant, error) {
+func (downStore) Acquire(context.Context, store.PoolID, store.Owner, store.Demand) (store.Grant, error) {
 	return store.Grant{}, errRefused
 }
 
-func (downStore) Release(context.Context, store.Demand, bool) (bool, error) { return false, errRefused }
+func (downStore) Release(context.Context, store.PoolID, store.Owner, store.Demand, bool) (bool, error) {
+	return false, errRefused
+}
 
 func (downStore) Renew(context.Context, []store.Renewal) error { return errRefused }
 

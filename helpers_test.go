@@ -40,24 +40,24 @@ func newFaultStore() *faultStore {
 // that the decision budget applies to its calls (block).
 func (f *faultStore) Features() store.Features { return 0 }
 
-func (f *faultStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (f *faultStore) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	f.acquires.Add(1)
 	if f.block.Load() {
 		f.entered <- struct{}{}
 		<-ctx.Done()
 		return store.Grant{}, ctx.Err()
 	}
-	if fp, _ := f.failPool.Load().(store.PoolID); f.fail.Load() || fp == d.Pool {
+	if fp, _ := f.failPool.Load().(store.PoolID); f.fail.Load() || fp == pool {
 		return store.Grant{}, errDown
 	}
-	return f.Store.Acquire(ctx, d)
+	return f.Store.Acquire(ctx, pool, owner, d)
 }
 
-func (f *faultStore) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (f *faultStore) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	if f.fail.Load() {
 		return false, errDown
 	}
-	return f.Store.Release(ctx, d, leave)
+	return f.Store.Release(ctx, pool, owner, d, leave)
 }
 
 func (f *faultStore) Renew(ctx context.Context, batch []store.Renewal) error {

@@ -30,25 +30,25 @@ type lineStore struct {
 
 var errLineDown = errors.New("line store down")
 
-func (s *lineStore) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s *lineStore) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	if d.Line.TTL == 0 {
-		return s.Store.Acquire(ctx, d)
+		return s.Store.Acquire(ctx, pool, owner, d)
 	}
 	if s.fail.Load() {
 		return store.Grant{}, errLineDown
 	}
-	g, err := s.Store.Acquire(ctx, d)
+	g, err := s.Store.Acquire(ctx, pool, owner, d)
 	if !g.Granted && s.queued != nil {
 		s.mu.Lock()
-		first := !s.seen[d.Owner]
+		first := !s.seen[owner]
 		if s.seen == nil {
 			s.seen = make(map[store.Owner]bool)
 		}
-		s.seen[d.Owner] = true
+		s.seen[owner] = true
 		s.mu.Unlock()
 		if first {
 			select {
-			case s.queued <- d.Owner:
+			case s.queued <- owner:
 			default:
 			}
 		}

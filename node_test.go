@@ -102,11 +102,11 @@ type lossyRelease struct {
 // Features declares members only, which the embedded store forwards.
 func (s *lossyRelease) Features() store.Features { return store.Members }
 
-func (s *lossyRelease) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (s *lossyRelease) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	if s.drop {
 		return false, nil
 	}
-	return s.Store.Release(ctx, d, leave)
+	return s.Store.Release(ctx, pool, owner, d, leave)
 }
 
 func TestMemberLeasesNeedMembersAndALongTTL(t *testing.T) {

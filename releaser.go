@@ -134,7 +134,7 @@ func (r *releaser) send(lim Limit, owner store.Owner, until time.Duration) {
 	r.inflight++
 	r.due = max(r.due, l.now()+budget)
 	r.inflightMu.Unlock()
-	l.store.ReleaseAsync(lim.demand(owner), budget, func(err error) {
+	l.store.ReleaseAsync(lim.pool, owner, lim.demand(), budget, func(err error) {
 		if err != nil {
 			l.storeFailed(&lim, err)
 			r.retry(lim, owner, until)

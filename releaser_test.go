@@ -16,7 +16,8 @@ type silentReleaser struct{ *memstore.Store }
 
 func (s silentReleaser) Features() store.Features { return s.Store.Features() | store.AsyncRelease }
 
-func (silentReleaser) ReleaseAsync(store.Demand, time.Duration, func(error)) {}
+func (silentReleaser) ReleaseAsync(store.PoolID, store.Owner, store.Demand, time.Duration, func(error)) {
+}
 
 // TestCloseBoundedWhenAReleaseIsNeverAnswered: Close waits for the releases
 // in flight no longer than their budget and a second, even if the store

@@ -169,8 +169,8 @@ type queueSignal struct {
 	queued chan struct{}
 }
 
-func (q *queueSignal) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
-	g, err := q.Store.Acquire(ctx, d)
+func (q *queueSignal) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
+	g, err := q.Store.Acquire(ctx, pool, owner, d)
 	if !g.Granted && err == nil && d.Line.TTL > 0 && !d.Plain() {
 		select {
 		case q.queued <- struct{}{}:

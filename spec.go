@@ -308,9 +308,9 @@ func (l *Limit) home() store.PoolID {
 	return l.pool
 }
 
-// demand is what a lease of owner asks of the store for l.
-func (l *Limit) demand(owner store.Owner) store.Demand {
-	return store.Demand{Pool: l.pool, Owner: owner, Max: l.spec.Max, TTL: l.spec.TTL, Shared: l.shared}
+// demand is what a lease asks of the store for l.
+func (l *Limit) demand() store.Demand {
+	return store.Demand{Max: l.spec.Max, TTL: l.spec.TTL, Shared: l.shared}
 }
 
 // share sets what l's demands add to a plain slot (store.Shared): built

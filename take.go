@@ -249,15 +249,18 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 // after the budget ran out is freed in the background, unless the caller
 // asks again with the same owner (retry, or a ticket).
 func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, retry bool) (outcome, error) {
-	bctx, cancel, budget := l.deadline(ctx, lim)
-	// The demand is built in the call: a Demand built before it costs a
-	// copy more, which Do's few nanoseconds notice.
-	g, err := l.store.Acquire(bctx, store.Demand{Pool: lim.pool, Owner: owner, Max: lim.spec.Max, TTL: lim.spec.TTL,
+	bctx, cancel, budget := ctx, context.CancelFunc(nil), time.Duration(0)
+	if l.features&store.InProcess == 0 { // deadline, inlined
+		bctx, cancel, budget = l.bounded(ctx, lim)
+	}
+	g, err := l.store.Acquire(bctx, lim.pool, owner, store.Demand{Max: lim.spec.Max, TTL: lim.spec.TTL,
 		Line: tk, Pinned: pin, Shared: lim.shared})
 	if err != nil || cancel != nil {
 		err = l.end(ctx, bctx, cancel, budget, err)
 	}
-	l.account(ctx, lim, err)
+	if err != nil || l.outages.any() {
+		l.account(ctx, lim, err)
+	}
 	switch {
 	case err == nil && g.Granted:
 		return held, nil
@@ -298,12 +301,10 @@ func (l *Limiter) run(ctx context.Context, d time.Duration, op func(ctx context.
 	return l.end(ctx, bctx, cancel, d, op(bctx))
 }
 
-// deadline is bound for a call made for lim, within its budget, without
-// a call on a store that lives in the process: its cancel is then nil.
-func (l *Limiter) deadline(ctx context.Context, lim *Limit) (context.Context, context.CancelFunc, time.Duration) {
-	if l.features&store.InProcess != 0 {
-		return ctx, nil, 0
-	}
+// bounded is bound for a call made for lim, within its budget, on a store
+// that may block; on a store that lives in the process, callers skip it
+// (a nil cancel: no deadline, and no call made to say so).
+func (l *Limiter) bounded(ctx context.Context, lim *Limit) (context.Context, context.CancelFunc, time.Duration) {
 	budget := l.budgetOf(lim)
 	bctx, cancel := l.bound(ctx, budget)
 	return bctx, cancel, budget
@@ -389,13 +390,17 @@ func (l *Limiter) releaseSlot(owner store.Owner, s *slot) {
 // failure policy. A slot a parent keeps for its key is passed on once the
 // parent's keep has passed, if nobody took it back.
 func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, leave bool) error {
-	bctx, cancel, budget := l.deadline(ctx, lim)
-	kept, err := l.store.Release(bctx, store.Demand{Pool: lim.pool, Owner: owner, Max: lim.spec.Max, TTL: lim.spec.TTL,
-		Shared: lim.shared}, leave)
+	bctx, cancel, budget := ctx, context.CancelFunc(nil), time.Duration(0)
+	if l.features&store.InProcess == 0 { // deadline, inlined
+		bctx, cancel, budget = l.bounded(ctx, lim)
+	}
+	kept, err := l.store.Release(bctx, lim.pool, owner, lim.demand(), leave)
 	if err != nil || cancel != nil {
 		err = l.end(ctx, bctx, cancel, budget, err)
 	}
-	l.account(ctx, lim, err)
+	if err != nil || l.outages.any() {
+		l.account(ctx, lim, err)
+	}
 	if kept {
 		l.passOnLater(*lim)
 	}
@@ -540,7 +545,7 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	// if SlotAcquired was (marked before the call: an observer that panics
 	// on it received it).
 	st := pinState{taking: true}
-	defer l.pinnedDone(lim, owner, start, &st)
+	defer l.pinnedDone(lim, &owner, start, &st)
 	o, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
 	st.taking = false
 	switch {
@@ -569,13 +574,13 @@ type pinState struct{ taking, holding, reported bool }
 
 // pinnedDone, deferred by doPinned, releases its slot when held, and when
 // a panic (an observer's, on the event of the take) cut the take short.
-func (l *Limiter) pinnedDone(lim *Limit, owner store.Owner, start time.Duration, st *pinState) {
+func (l *Limiter) pinnedDone(lim *Limit, owner *store.Owner, start time.Duration, st *pinState) {
 	switch {
 	case st.holding:
-		l.releasePinned(lim, owner, start, st.reported)
+		l.releasePinned(lim, *owner, start, st.reported)
 	case st.taking:
 		if r := recover(); r != nil {
-			l.releasePinned(lim, owner, start, false) // it may have been granted
+			l.releasePinned(lim, *owner, start, false) // it may have been granted
 			panic(r)
 		}
 	}

@@ -136,11 +136,11 @@ var errDown = errors.New("injected outage")
 
 func (d *down) Features() store.Features { return store.Members }
 
-func (d *down) Acquire(ctx context.Context, dm store.Demand) (store.Grant, error) {
+func (d *down) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, dm store.Demand) (store.Grant, error) {
 	if d.fail.Load() {
 		return store.Grant{}, errDown
 	}
-	return d.Store.Acquire(ctx, dm)
+	return d.Store.Acquire(ctx, pool, owner, dm)
 }
 
 func (d *down) Sync(ctx context.Context, n store.NodeID, ttl time.Duration, b []store.SyncPool) error {

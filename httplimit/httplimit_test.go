@@ -432,8 +432,8 @@ type refusals struct {
 
 func (s *refusals) Features() store.Features { return 0 }
 
-func (s *refusals) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
-	g, err := s.Store.Acquire(ctx, d)
+func (s *refusals) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
+	g, err := s.Store.Acquire(ctx, pool, owner, d)
 	if !g.Granted && err == nil {
 		select {
 		case s.refused <- struct{}{}:
@@ -454,18 +454,18 @@ var errDown = errors.New("injected outage")
 
 func (f *failing) Features() store.Features { return 0 }
 
-func (f *failing) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (f *failing) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	if f.down.Load() {
 		return store.Grant{}, errDown
 	}
-	return f.Store.Acquire(ctx, d)
+	return f.Store.Acquire(ctx, pool, owner, d)
 }
 
-func (f *failing) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (f *failing) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	if f.down.Load() {
 		return false, errDown
 	}
-	return f.Store.Release(ctx, d, leave)
+	return f.Store.Release(ctx, pool, owner, d, leave)
 }
 
 func TestStoreFailure(t *testing.T) {

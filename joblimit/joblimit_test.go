@@ -247,7 +247,7 @@ type downStore struct{ store.Store }
 
 func (downStore) Features() store.Features { return 0 }
 
-func (downStore) Acquire(context.Context, store.Demand) (store.Grant, error) {
+func (downStore) Acquire(context.Context, store.PoolID, store.Owner, store.Demand) (store.Grant, error) {
 	return store.Grant{}, errors.New("down")
 }
 

@@ -30,10 +30,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			for b.Loop() {
 				p := pools[i%keys]
 				i++
-				if g, _ := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: room, TTL: time.Minute}); !g.Granted {
+				if g, _ := s.Acquire(ctx, p, o, store.Demand{Max: room, TTL: time.Minute}); !g.Granted {
 					b.Fatal("refused")
 				}
-				_, _ = s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
+				_, _ = s.Release(ctx, p, o, store.Demand{}, false)
 			}
 		})
 		b.Run(fmt.Sprintf("memstore/parallel/keys=%d", keys), func(b *testing.B) {
@@ -44,10 +44,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				for pb.Next() {
 					p := pools[i%keys]
 					i++
-					if g, _ := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: room, TTL: time.Minute}); !g.Granted {
+					if g, _ := s.Acquire(ctx, p, o, store.Demand{Max: room, TTL: time.Minute}); !g.Granted {
 						b.Fatal("refused")
 					}
-					_, _ = s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
+					_, _ = s.Release(ctx, p, o, store.Demand{}, false)
 				}
 			})
 		})

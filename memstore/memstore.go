@@ -166,31 +166,38 @@ func (sh *shard) pool(p store.PoolID) *pool {
 // Acquire implements store.Store. A pinned slot is held until Release;
 // InspectPools reports its TTL as its Expires. It never blocks and ignores
 // ctx.
-func (s *Store) Acquire(_ context.Context, d store.Demand) (store.Grant, error) {
+func (s *Store) Acquire(_ context.Context, p store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	switch {
 	case !d.Plain():
 		var t *store.Ticket
 		if d.Line.TTL > 0 {
 			t = &d.Line
 		}
-		return s.acquireShared(d, t), nil
+		return s.acquireShared(demand{d, p, owner}, t), nil
 	case d.Line.TTL > 0:
-		return s.queue(d.Pool, d.Owner, d.Max, d.TTL, d.Line), nil
+		return s.queue(p, owner, d.Max, d.TTL, d.Line), nil
 	}
-	return store.Grant{Granted: s.acquire(d.Pool, d.Owner, d.Max, d.TTL, d.Pinned)}, nil
+	return store.Grant{Granted: s.acquire(p, owner, d.Max, d.TTL, d.Pinned)}, nil
 }
 
 // Release implements store.Store. It never blocks and ignores ctx.
-func (s *Store) Release(_ context.Context, d store.Demand, leave bool) (bool, error) {
+func (s *Store) Release(_ context.Context, p store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	switch {
 	case !d.Plain():
-		return s.releaseShared(d, leave), nil
+		return s.releaseShared(demand{d, p, owner}, leave), nil
 	case leave:
-		s.dequeue(d.Pool, d.Owner)
+		s.dequeue(p, owner)
 	default:
-		s.release(d.Pool, d.Owner)
+		s.release(p, owner)
 	}
 	return false, nil
+}
+
+// demand is a Demand with the pool and the owner it is made for.
+type demand struct {
+	store.Demand
+	Pool  store.PoolID
+	Owner store.Owner
 }
 
 // pinned starts the expiries of pinned leases: pinned+ttl is never reached

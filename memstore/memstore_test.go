@@ -41,13 +41,13 @@ func newStore(c *clock) *memstore.Store {
 // acquire asks s for a plain slot of p for o, and returns whether it was
 // granted (memstore never fails).
 func acquire(s *memstore.Store, p store.PoolID, o store.Owner, max int, ttl time.Duration) bool {
-	g, _ := s.Acquire(context.Background(), store.Demand{Pool: p, Owner: o, Max: max, TTL: ttl})
+	g, _ := s.Acquire(context.Background(), p, o, store.Demand{Max: max, TTL: ttl})
 	return g.Granted
 }
 
 // release frees o's slot of p.
 func release(s *memstore.Store, p store.PoolID, o store.Owner) {
-	_, _ = s.Release(context.Background(), store.Demand{Pool: p, Owner: o}, false)
+	_, _ = s.Release(context.Background(), p, o, store.Demand{}, false)
 }
 
 func TestExpiryByItsOwnClock(t *testing.T) {
@@ -77,7 +77,7 @@ func TestPinnedHoldsUntilRelease(t *testing.T) {
 	s := newStore(c)
 	ctx := context.Background()
 	a := store.NewOwner()
-	if g, _ := s.Acquire(ctx, store.Demand{Pool: pool(0), Owner: a, Max: 1, TTL: time.Second, Pinned: true}); !g.Granted {
+	if g, _ := s.Acquire(ctx, pool(0), a, store.Demand{Max: 1, TTL: time.Second, Pinned: true}); !g.Granted {
 		t.Fatal("refused")
 	}
 	for range 2 { // a Renew between the two looks leaves it pinned
@@ -102,7 +102,7 @@ func TestPinnedHoldsUntilRelease(t *testing.T) {
 		t.Fatal("refused after Release")
 	}
 	// A TTL too long to add to the pinned mark does not wrap around.
-	if g, _ := s.Acquire(ctx, store.Demand{Pool: pool(1), Owner: a, Max: 1, TTL: math.MaxInt64, Pinned: true}); !g.Granted {
+	if g, _ := s.Acquire(ctx, pool(1), a, store.Demand{Max: 1, TTL: math.MaxInt64, Pinned: true}); !g.Granted {
 		t.Fatal("refused")
 	}
 	if acquire(s, pool(1), store.NewOwner(), 1, time.Second) {

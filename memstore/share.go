@@ -42,7 +42,7 @@ func (a *kid) before(b *kid) (first, tie bool) {
 
 // acquireShared is Acquire for a demand with a weight or a parent; t is
 // its ticket, nil for none.
-func (s *Store) acquireShared(d store.Demand, t *store.Ticket) store.Grant {
+func (s *Store) acquireShared(d demand, t *store.Ticket) store.Grant {
 	if !d.HasParent() {
 		return s.acquireWeighted(d, t)
 	}
@@ -72,7 +72,7 @@ func (s *Store) acquireShared(d store.Demand, t *store.Ticket) store.Grant {
 
 // take grants d to k, or queues it with t: the caller has dropped the
 // parent's expired leases and filled its free slots.
-func (pa *parent) take(d store.Demand, k *kid, t *store.Ticket, now time.Duration) (bool, int) {
+func (pa *parent) take(d demand, k *kid, t *store.Ticket, now time.Duration) (bool, int) {
 	w := d.Weight()
 	if i := k.find(d.Owner); i >= 0 {
 		k.leases[i].expires = now + d.TTL
@@ -268,7 +268,7 @@ func (pa *parent) live(now time.Duration) bool {
 }
 
 // releaseShared is Release for a demand with a weight or a parent.
-func (s *Store) releaseShared(d store.Demand, dequeue bool) bool {
+func (s *Store) releaseShared(d demand, dequeue bool) bool {
 	if !d.HasParent() {
 		if dequeue {
 			s.dequeue(d.Pool, d.Owner)
@@ -311,7 +311,7 @@ func (s *Store) releaseShared(d store.Demand, dequeue bool) bool {
 
 // acquireWeighted is acquireShared for a pool with no parent: the pool's
 // plain leases count one slot each beside the weighted ones.
-func (s *Store) acquireWeighted(d store.Demand, t *store.Ticket) store.Grant {
+func (s *Store) acquireWeighted(d demand, t *store.Ticket) store.Grant {
 	now := s.clock()
 	sh := s.shard(d.Pool)
 	sh.mu.Lock()

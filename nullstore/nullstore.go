@@ -43,12 +43,14 @@ func (*Store) Features() store.Features {
 }
 
 // Acquire grants every slot, whatever its weight and parent.
-func (*Store) Acquire(context.Context, store.Demand) (store.Grant, error) {
+func (*Store) Acquire(context.Context, store.PoolID, store.Owner, store.Demand) (store.Grant, error) {
 	return store.Grant{Granted: true}, nil
 }
 
 // Release does nothing.
-func (*Store) Release(context.Context, store.Demand, bool) (bool, error) { return false, nil }
+func (*Store) Release(context.Context, store.PoolID, store.Owner, store.Demand, bool) (bool, error) {
+	return false, nil
+}
 
 // Renew renews every lease.
 func (*Store) Renew(_ context.Context, batch []store.Renewal) error {

@@ -28,11 +28,11 @@ type flaky struct {
 	down bool
 }
 
-func (f *flaky) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (f *flaky) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	if f.down {
 		return store.Grant{}, errors.New("down")
 	}
-	return f.Store.Acquire(ctx, d)
+	return f.Store.Acquire(ctx, pool, owner, d)
 }
 
 // TestLimiter: a real Limiter on memstore reports through the Observer, with

@@ -29,66 +29,72 @@ func BenchmarkRoundTrips(b *testing.B) {
 	node := store.NodeOf("bench")
 	full := store.PoolOf(0, "rt", "full")
 	for range 5 {
-		_, _ = s.Acquire(ctx, store.Demand{Pool: full, Owner: store.NewOwner(), Max: 5, TTL: time.Hour})
+		_, _ = s.Acquire(ctx, full, store.NewOwner(), store.Demand{Max: 5, TTL: time.Hour})
 	}
-	free := store.Demand{Pool: store.PoolOf(0, "rt", "free"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute}
-	refused := func() store.Demand {
-		return store.Demand{Pool: full, Owner: store.NewOwner(), Max: 5, TTL: time.Minute}
+	// lease is a demand with the pool and the owner it is made for.
+	type lease struct {
+		pool  store.PoolID
+		owner store.Owner
+		d     store.Demand
+	}
+	free := lease{store.PoolOf(0, "rt", "free"), store.NewOwner(), store.Demand{Max: 5, TTL: time.Minute}}
+	refused := func() lease {
+		return lease{full, store.NewOwner(), store.Demand{Max: 5, TTL: time.Minute}}
 	}
 	batch := make([]store.Renewal, 100)
 	for i := range batch {
 		batch[i] = store.Renewal{Pool: store.PoolOf(0, "rt-renew", fmt.Sprint(i)), Owner: store.NewOwner(), TTL: time.Minute}
-		_, _ = s.Acquire(ctx, store.Demand{Pool: batch[i].Pool, Owner: batch[i].Owner, Max: 1, TTL: time.Minute})
+		_, _ = s.Acquire(ctx, batch[i].Pool, batch[i].Owner, store.Demand{Max: 1, TTL: time.Minute})
 	}
 	sync := make([]store.SyncPool, 100)
 	for i := range sync {
 		sync[i] = store.SyncPool{Pool: store.PoolOf(0, "rt-sync", fmt.Sprint(i)), Members: []store.Owner{store.MemberOf(node, fmt.Sprint(i))}}
 	}
-	weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 2}}
+	weighted := lease{store.PoolOf(0, "rt", "weighted"), store.NewOwner(), store.Demand{Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 2}}}
 	parent := keycap.MustParent("rt", 5).Pool()
-	kid := store.Demand{Pool: store.PoolOf(0, "rt", "kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 1,
-		Parent: store.Parent{Pool: parent, Max: 5, Share: 1, Keep: keycap.DefaultKeep}}}
+	kid := lease{store.PoolOf(0, "rt", "kid"), store.NewOwner(), store.Demand{Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 1,
+		Parent: store.Parent{Pool: parent, Max: 5, Share: 1, Keep: keycap.DefaultKeep}}}}
 	fullParent := keycap.MustParent("rt-full", 5).Pool()
-	fullKid := func() store.Demand {
-		return store.Demand{Pool: store.PoolOf(0, "rt", "full-kid"), Owner: store.NewOwner(), Max: 5, TTL: time.Hour, Shared: &store.Shared{Weight: 1,
-			Parent: store.Parent{Pool: fullParent, Max: 5, Share: 1}}}
+	fullKid := func() lease {
+		return lease{store.PoolOf(0, "rt", "full-kid"), store.NewOwner(), store.Demand{Max: 5, TTL: time.Hour, Shared: &store.Shared{Weight: 1,
+			Parent: store.Parent{Pool: fullParent, Max: 5, Share: 1}}}}
 	}
+	acquire := func(l lease) error { _, err := s.Acquire(ctx, l.pool, l.owner, l.d); return err }
+	release := func(l lease, leave bool) error { _, err := s.Release(ctx, l.pool, l.owner, l.d, leave); return err }
 	for range 5 {
-		_, _ = s.Acquire(ctx, fullKid())
+		_ = acquire(fullKid())
 	}
 	ticket := store.Ticket{TTL: time.Minute, Claim: time.Second}
 	ops := []struct {
 		name string
 		fn   func() error
 	}{
-		{"acquire", func() error { _, err := s.Acquire(ctx, free); return err }},
-		{"reject", func() error { _, err := s.Acquire(ctx, refused()); return err }},
-		{"release", func() error { _, err := s.Release(ctx, free, false); return err }},
+		{"acquire", func() error { return acquire(free) }},
+		{"reject", func() error { return acquire(refused()) }},
+		{"release", func() error { return release(free, false) }},
 		{"queue-refused", func() error {
-			d := refused()
-			d.Line = ticket
-			_, err := s.Acquire(ctx, d)
-			return err
+			l := refused()
+			l.d.Line = ticket
+			return acquire(l)
 		}},
-		{"dequeue", func() error { _, err := s.Release(ctx, refused(), true); return err }},
+		{"dequeue", func() error { return release(refused(), true) }},
 		{"renew-100", func() error { return s.Renew(ctx, batch) }},
 		{"sync-100-pools", func() error { return s.Sync(ctx, node, time.Minute, sync) }},
-		{"mark", func() error { _, _, err := s.Mark(ctx, free.Pool, time.Minute); return err }},
-		{"pause", func() error { _, err := s.Pause(ctx, free.Pool, time.Second); return err }},
-		{"paused", func() error { _, err := s.Paused(ctx, free.Pool); return err }},
+		{"mark", func() error { _, _, err := s.Mark(ctx, free.pool, time.Minute); return err }},
+		{"pause", func() error { _, err := s.Pause(ctx, free.pool, time.Second); return err }},
+		{"paused", func() error { _, err := s.Paused(ctx, free.pool); return err }},
 		{"pace", func() error {
-			_, err := s.Pace(ctx, free.Pool, store.Rate{Events: 1000, Period: time.Second, Burst: 1000})
+			_, err := s.Pace(ctx, free.pool, store.Rate{Events: 1000, Period: time.Second, Burst: 1000})
 			return err
 		}},
-		{"weighted-acquire", func() error { _, err := s.Acquire(ctx, weighted); return err }},
-		{"weighted-release", func() error { _, err := s.Release(ctx, weighted, false); return err }},
-		{"parent-acquire", func() error { _, err := s.Acquire(ctx, kid); return err }},
-		{"parent-release", func() error { _, err := s.Release(ctx, kid, false); return err }},
+		{"weighted-acquire", func() error { return acquire(weighted) }},
+		{"weighted-release", func() error { return release(weighted, false) }},
+		{"parent-acquire", func() error { return acquire(kid) }},
+		{"parent-release", func() error { return release(kid, false) }},
 		{"parent-refusal-with-ticket", func() error {
-			d := fullKid()
-			d.Line = ticket
-			_, err := s.Acquire(ctx, d)
-			return err
+			l := fullKid()
+			l.d.Line = ticket
+			return acquire(l)
 		}},
 	}
 	for _, op := range ops {
@@ -124,12 +130,12 @@ func BenchmarkPairsVsSelect1(b *testing.B) {
 			s, _ := pgstore.New(pool, pgstore.WithSchema(schema))
 			select1 := func(int) error { _, err := pool.Exec(ctx, "SELECT 1"); return err }
 			pair := func(w int) error {
-				d := store.Demand{Pool: store.PoolOf(0, "pairs", fmt.Sprint(w)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}
-				g, err := s.Acquire(ctx, d)
+				p, o, d := store.PoolOf(0, "pairs", fmt.Sprint(w)), store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}
+				g, err := s.Acquire(ctx, p, o, d)
 				if err != nil || !g.Granted {
 					return fmt.Errorf("acquire: %v %v", g.Granted, err)
 				}
-				_, err = s.Release(ctx, d, false)
+				_, err = s.Release(ctx, p, o, d, false)
 				return err
 			}
 			t := testkit.Alternate(b, conns, max(conns*50, 500), 200, select1, pair)
@@ -177,14 +183,14 @@ func BenchmarkTableGrowth(b *testing.B) {
 		for range conns {
 			wg.Go(func() {
 				for i := next.Add(1); i <= total; i = next.Add(1) {
-					d := store.Demand{Pool: store.PoolOf(0, "growth", fmt.Sprint(rand.IntN(keys))), Owner: store.NewOwner(),
-						Max: 1000, TTL: 200 * time.Millisecond}
-					if _, err := s.Acquire(ctx, d); err != nil {
+					p, o := store.PoolOf(0, "growth", fmt.Sprint(rand.IntN(keys))), store.NewOwner()
+					d := store.Demand{Max: 1000, TTL: 200 * time.Millisecond}
+					if _, err := s.Acquire(ctx, p, o, d); err != nil {
 						b.Error(err)
 						return
 					}
 					if i%10 != 0 {
-						if _, err := s.Release(ctx, d, false); err != nil {
+						if _, err := s.Release(ctx, p, o, d, false); err != nil {
 							b.Error(err)
 							return
 						}

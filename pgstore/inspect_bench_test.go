@@ -45,8 +45,8 @@ func BenchmarkInspect(b *testing.B) {
 		b.Fatalf("copied %d rows: %v", n, err)
 	}
 	for i := range mine {
-		d := store.Demand{Pool: store.PoolOf(0, "inspect-bench", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Hour}
-		if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
+		d := store.Demand{Max: 1, TTL: time.Hour}
+		if g, err := s.Acquire(ctx, store.PoolOf(0, "inspect-bench", fmt.Sprint(i)), store.NewOwner(), d); err != nil || !g.Granted {
 			b.Fatalf("Acquire: %+v, %v", g, err)
 		}
 	}

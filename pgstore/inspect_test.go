@@ -76,32 +76,33 @@ func TestInspectParentsAndKeys(t *testing.T) {
 	s := newStore(t, schema)
 	parent := keycap.MustParent("inspect-parent", 3).Pool()
 	kid := func(key string) store.PoolID { return store.PoolOf(0, "inspect-kid", key) }
-	demand := func(key string) store.Demand {
-		return store.Demand{Pool: kid(key), Owner: store.NewOwner(), Max: 3, TTL: time.Minute, Shared: &store.Shared{Weight: 1,
+	// demand returns a new owner's demand of key's pool.
+	demand := func(key string) (store.PoolID, store.Owner, store.Demand) {
+		return kid(key), store.NewOwner(), store.Demand{Max: 3, TTL: time.Minute, Shared: &store.Shared{Weight: 1,
 			Parent: store.Parent{Pool: parent, Max: 3, Share: 1}}}
 	}
 	held := map[store.PoolID][]store.Owner{}
 	for _, key := range []string{"a", "a", "b"} {
-		d := demand(key)
-		if g, err := s.Acquire(testCtx(t), d); err != nil || !g.Granted {
+		p, o, d := demand(key)
+		if g, err := s.Acquire(testCtx(t), p, o, d); err != nil || !g.Granted {
 			t.Fatalf("Acquire: %+v, %v", g, err)
 		}
-		held[d.Pool] = append(held[d.Pool], d.Owner)
+		held[p] = append(held[p], o)
 	}
 	var line []store.Owner // the parent is full: these wait
 	lined := map[store.PoolID][]store.Owner{}
 	for _, key := range []string{"b", "c", "b"} {
-		d := demand(key)
+		p, o, d := demand(key)
 		d.Line = store.Ticket{TTL: time.Minute, Claim: time.Minute}
-		if g, err := s.Acquire(testCtx(t), d); err != nil || g.Granted {
+		if g, err := s.Acquire(testCtx(t), p, o, d); err != nil || g.Granted {
 			t.Fatalf("Acquire with a ticket: %+v, %v; want queued", g, err)
 		}
-		line = append(line, d.Owner)
-		lined[d.Pool] = append(lined[d.Pool], d.Owner)
+		line = append(line, o)
+		lined[p] = append(lined[p], o)
 	}
 	// A plain pool of the kids' name beside them.
 	plain, po := kid("plain"), store.NewOwner()
-	if g, err := s.Acquire(testCtx(t), store.Demand{Pool: plain, Owner: po, Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
+	if g, err := s.Acquire(testCtx(t), plain, po, store.Demand{Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
 		t.Fatalf("Acquire: %+v, %v", g, err)
 	}
 	held[plain] = []store.Owner{po}
@@ -266,8 +267,8 @@ func TestInspectPlansUseIndexes(t *testing.T) {
 	}
 	s := newStore(t, schema)
 	for i := range 30 {
-		d := store.Demand{Pool: store.PoolOf(0, "inspect-plan", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}
-		if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
+		d := store.Demand{Max: 1, TTL: time.Minute}
+		if g, err := s.Acquire(ctx, store.PoolOf(0, "inspect-plan", fmt.Sprint(i)), store.NewOwner(), d); err != nil || !g.Granted {
 			t.Fatalf("Acquire: %+v, %v", g, err)
 		}
 	}

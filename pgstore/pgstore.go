@@ -269,31 +269,38 @@ func wrap(op string, err error) error { return fmt.Errorf("pgstore: %s: %w", op,
 // acquire, or queue when it has a ticket (d.Line); a weighted one or a
 // parent's key calls wtake or ptake (share.go). A pinned demand
 // (store.Pinned) is refused: its holder could die without the database.
-func (s *Store) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	switch {
 	case d.Pinned:
 		return store.Grant{}, &store.NotSupportedError{Feature: store.Pinned, Store: "*pgstore.Store"}
 	case !d.Plain():
-		return s.acquireShared(ctx, d)
+		return s.acquireShared(ctx, demand{d, pool, owner})
 	case d.Line.TTL > 0:
-		return s.queue(ctx, d.Pool, d.Owner, d.Max, d.TTL, d.Line)
+		return s.queue(ctx, pool, owner, d.Max, d.TTL, d.Line)
 	}
-	ok, err := s.acquire(ctx, d.Pool, d.Owner, d.Max, d.TTL)
+	ok, err := s.acquire(ctx, pool, owner, d.Max, d.TTL)
 	return store.Grant{Granted: ok}, err
 }
 
 // Release implements store.Store: one function call, which hands the slot
 // to the pool's line if anyone waits, and with leave takes the owner's
 // ticket out of it too. A parent's key calls pgive (share.go).
-func (s *Store) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (s *Store) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	if d.HasParent() {
-		return s.releaseShared(ctx, d, leave)
+		return s.releaseShared(ctx, demand{d, pool, owner}, leave)
 	}
 	op := "release"
 	if leave {
 		op = "dequeue"
 	}
-	return false, s.release(ctx, op, d.Pool, d.Owner, leave)
+	return false, s.release(ctx, op, pool, owner, leave)
+}
+
+// demand is a Demand with the pool and the owner it is made for.
+type demand struct {
+	store.Demand
+	Pool  store.PoolID
+	Owner store.Owner
 }
 
 // acquire takes a plain slot: one call of acquire.

@@ -207,11 +207,11 @@ func TestExpiredRowsAreSwept(t *testing.T) {
 	// About one acquire in a hundred sweeps up to a thousand rows: 1,500
 	// acquires sweep the 3,000 stale rows but for a chance of 1 in 10^6.
 	for range 1500 {
-		d := store.Demand{Pool: store.PoolOf(0, "sweep", "k"), Owner: store.NewOwner(), Max: 10_000, TTL: time.Minute}
-		if _, err := s.Acquire(ctx, d); err != nil {
+		p, o, d := store.PoolOf(0, "sweep", "k"), store.NewOwner(), store.Demand{Max: 10_000, TTL: time.Minute}
+		if _, err := s.Acquire(ctx, p, o, d); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Release(ctx, d, false); err != nil {
+		if _, err := s.Release(ctx, p, o, d, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,8 +241,8 @@ func TestSweepsNeverDeadlock(t *testing.T) {
 			for i := range rounds {
 				p := store.PoolOf(0, "deadlock", fmt.Sprint((w*rounds+i)%keys))
 				// Abandoned at once: 1 ms later every row is sweepable.
-				d := store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1000, TTL: time.Millisecond}
-				if _, err := s.Acquire(ctx, d); err != nil {
+				d := store.Demand{Max: 1000, TTL: time.Millisecond}
+				if _, err := s.Acquire(ctx, p, store.NewOwner(), d); err != nil {
 					errs <- fmt.Errorf("acquire: %w", err)
 					return
 				}

@@ -10,7 +10,7 @@ import (
 // call, wtake for a pool without a parent, ptake for a parent's key (whose
 // pool is stored after the parent's 16 bytes, under the parent's lock). A
 // refused demand with a ticket (d.Line) waits in the line.
-func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var tttl, claim int64
@@ -34,7 +34,7 @@ func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant,
 
 // releaseShared frees a parent's key's lease: one call of pgive, which
 // may keep the slot for the key (d.Shared.Parent.Keep) and reports whether it did.
-func (s *Store) releaseShared(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (s *Store) releaseShared(ctx context.Context, d demand, leave bool) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var kept bool

@@ -43,10 +43,10 @@ func BenchmarkBatcherVsAutoPipeline(b *testing.B) {
 			}
 			batcher := func(w int) error {
 				o := store.NewOwner()
-				if g, err := s.Acquire(ctx, store.Demand{Pool: pools[w], Owner: o, Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
+				if g, err := s.Acquire(ctx, pools[w], o, store.Demand{Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
 					return fmt.Errorf("acquire: %v %v", g.Granted, err)
 				}
-				_, err := s.Release(ctx, store.Demand{Pool: pools[w], Owner: o}, false)
+				_, err := s.Release(ctx, pools[w], o, store.Demand{}, false)
 				return err
 			}
 			auto := func(w int) error {

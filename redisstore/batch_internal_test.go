@@ -60,7 +60,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	s.slots.ranges.Store(nil)
 	pool := store.PoolOf(0, "lane-kept", t.Name())
 	first, second := store.NewOwner(), store.NewOwner()
-	if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: first, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+	if g, err := s.Acquire(ctx, pool, first, store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 		t.Fatalf("Acquire = %v, %v", g.Granted, err)
 	}
 	// The shared lane is busy: what is queued in it waits, in order.
@@ -72,7 +72,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	}
 	locked(func() { q.running = true })
 	released := make(chan error, 1)
-	s.ReleaseAsync(store.Demand{Pool: pool, Owner: first}, 0, func(err error) { released <- err })
+	s.ReleaseAsync(pool, first, store.Demand{}, 0, func(err error) { released <- err })
 	s.slots.ranges.Store(ranges)
 
 	type result struct {
@@ -81,7 +81,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 	}
 	acquired := make(chan result, 1)
 	go func() {
-		g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: second, Max: 1, TTL: time.Minute})
+		g, err := s.Acquire(ctx, pool, second, store.Demand{Max: 1, TTL: time.Minute})
 		acquired <- result{g.Granted, err}
 	}()
 	testkit.WaitUntil(t, 10*time.Second, "the acquire queued behind the release", func() bool {
@@ -108,7 +108,7 @@ func TestClusterLaneKeptWhileBusy(t *testing.T) {
 		locked(func() { idle = !q.running })
 		return idle
 	})
-	if _, err := s.Release(ctx, store.Demand{Pool: pool, Owner: second}, false); err != nil {
+	if _, err := s.Release(ctx, pool, second, store.Demand{}, false); err != nil {
 		t.Fatal(err)
 	}
 	if !q.retired.Load() {

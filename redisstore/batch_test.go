@@ -150,7 +150,7 @@ func TestReleaseOnAHungRedisIsBounded(t *testing.T) {
 	// waited for its reply.
 	done := make(chan error, 1)
 	start = time.Now()
-	s.ReleaseAsync(store.Demand{Pool: store.PoolOf(0, "hung-release", "direct"), Owner: store.NewOwner()}, 50*time.Millisecond, func(err error) { done <- err })
+	s.ReleaseAsync(store.PoolOf(0, "hung-release", "direct"), store.NewOwner(), store.Demand{}, 50*time.Millisecond, func(err error) { done <- err })
 	select {
 	case err := <-done:
 		var ne net.Error

@@ -69,7 +69,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 		// A full pool, for the reject rows.
 		full := store.PoolOf(0, "bench-full", fmt.Sprint(max))
 		for i := range max {
-			if g, err := s.Acquire(ctx, store.Demand{Pool: full, Owner: store.NewOwner(), Max: max, TTL: time.Hour}); !g.Granted || err != nil {
+			if g, err := s.Acquire(ctx, full, store.NewOwner(), store.Demand{Max: max, TTL: time.Hour}); !g.Granted || err != nil {
 				b.Fatal(g.Granted, err)
 			}
 			if slot, err := base.acquire(ctx, full, store.NewOwner(), max, time.Hour); slot < 0 || err != nil {
@@ -82,12 +82,12 @@ func BenchmarkRoundTrips(b *testing.B) {
 			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
-				if g, err := s.Acquire(ctx, store.Demand{Pool: free, Owner: o, Max: max, TTL: time.Minute}); !g.Granted || err != nil {
+				if g, err := s.Acquire(ctx, free, o, store.Demand{Max: max, TTL: time.Minute}); !g.Granted || err != nil {
 					b.Fatal(g.Granted, err)
 				}
 			}
 			report(b, before)
-			_, _ = s.Release(ctx, store.Demand{Pool: free, Owner: o}, false)
+			_, _ = s.Release(ctx, free, o, store.Demand{}, false)
 		})
 		b.Run(fmt.Sprintf("max=%d/acquire/slot-locks", max), func(b *testing.B) {
 			// Half the slots taken: the typical acquire tries several.
@@ -120,7 +120,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
-				if g, err := s.Acquire(ctx, store.Demand{Pool: full, Owner: o, Max: max, TTL: time.Minute}); g.Granted || err != nil {
+				if g, err := s.Acquire(ctx, full, o, store.Demand{Max: max, TTL: time.Minute}); g.Granted || err != nil {
 					b.Fatal(g.Granted, err)
 				}
 			}
@@ -140,7 +140,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 			o := store.NewOwner()
 			before := rt.Load()
 			for b.Loop() {
-				if _, err := s.Release(ctx, store.Demand{Pool: free, Owner: o}, false); err != nil {
+				if _, err := s.Release(ctx, free, o, store.Demand{}, false); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -206,11 +206,11 @@ func BenchmarkReplicaAcks(b *testing.B) {
 	pair := func(s *redisstore.Store) func(int) error {
 		return func(w int) error {
 			o := store.NewOwner()
-			g, err := s.Acquire(ctx, store.Demand{Pool: pools[w%len(pools)], Owner: o, Max: 1000, TTL: time.Minute})
+			g, err := s.Acquire(ctx, pools[w%len(pools)], o, store.Demand{Max: 1000, TTL: time.Minute})
 			if err != nil || !g.Granted {
 				return fmt.Errorf("acquire: %v %v", g.Granted, err)
 			}
-			_, err = s.Release(ctx, store.Demand{Pool: pools[w%len(pools)], Owner: o}, false)
+			_, err = s.Release(ctx, pools[w%len(pools)], o, store.Demand{}, false)
 			return err
 		}
 	}
@@ -240,22 +240,22 @@ func BenchmarkScriptCost(b *testing.B) {
 				o := store.NewOwner()
 				switch kind {
 				case "plain":
-					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute}); err != nil || !g.Granted {
+					if g, err := s.Acquire(ctx, p, o, store.Demand{Max: 1 << 20, TTL: time.Minute}); err != nil || !g.Granted {
 						return fmt.Errorf("acquire: %v %v", g.Granted, err)
 					}
-					_, err := s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
+					_, err := s.Release(ctx, p, o, store.Demand{}, false)
 					return err
 				}
-				d := store.Demand{Pool: p, Owner: o, Max: 1 << 20, TTL: time.Minute, Shared: &store.Shared{Weight: 1}}
+				d := store.Demand{Max: 1 << 20, TTL: time.Minute, Shared: &store.Shared{Weight: 1}}
 				if kind == "weight=2" {
 					d.Shared.Weight = 2
 				} else {
 					d.Shared.Parent = store.Parent{Pool: parent, Max: 1 << 20, Share: 1, Keep: keycap.DefaultKeep}
 				}
-				if g, err := s.Acquire(ctx, d); err != nil || !g.Granted {
+				if g, err := s.Acquire(ctx, p, o, d); err != nil || !g.Granted {
 					return fmt.Errorf("acquire: %v %v", g.Granted, err)
 				}
-				_, err := s.Release(ctx, d, false)
+				_, err := s.Release(ctx, p, o, d, false)
 				return err
 			}
 			for range 200 { // load the script, warm the connection

@@ -133,7 +133,7 @@ func TestReplicaAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool, owner := store.PoolOf(0, "acks", "k"), store.NewOwner()
-	if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: owner, Max: 1, TTL: time.Minute}); g.Granted || !errors.Is(err, redisstore.ErrNotReplicated) {
+	if g, err := s.Acquire(ctx, pool, owner, store.Demand{Max: 1, TTL: time.Minute}); g.Granted || !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Acquire without replicas = %v, %v; want ErrNotReplicated", g.Granted, err)
 	}
 	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
@@ -141,7 +141,7 @@ func TestReplicaAcks(t *testing.T) {
 	}
 	// A waiter's grant (Queue) too.
 	tk := store.Ticket{TTL: time.Minute, Claim: time.Minute}
-	if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: owner, Max: 1, TTL: time.Minute, Line: tk}); g.Granted || !errors.Is(err, redisstore.ErrNotReplicated) {
+	if g, err := s.Acquire(ctx, pool, owner, store.Demand{Max: 1, TTL: time.Minute, Line: tk}); g.Granted || !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Queue without replicas = %v, %v; want ErrNotReplicated", g.Granted, err)
 	}
 	if n := single.ZCard(ctx, s.Key(pool)).Val(); n != 0 {
@@ -155,13 +155,13 @@ func TestReplicaAcks(t *testing.T) {
 	}
 	for i := range 20 {
 		p := store.PoolOf(0, "acks", fmt.Sprint(i)) // on every master
-		if g, err := cs.Acquire(ctx, store.Demand{Pool: p, Owner: owner, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+		if g, err := cs.Acquire(ctx, p, owner, store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 			t.Fatalf("Acquire on the cluster = %v, %v", g.Granted, err)
 		}
-		if g, _ := cs.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); g.Granted {
+		if g, _ := cs.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); g.Granted {
 			t.Fatal("an acknowledged pool admitted one over its cap")
 		}
-		if g, err := cs.Acquire(ctx, store.Demand{Pool: p, Owner: owner, Max: 1, TTL: time.Minute, Line: tk}); !g.Granted || err != nil {
+		if g, err := cs.Acquire(ctx, p, owner, store.Demand{Max: 1, TTL: time.Minute, Line: tk}); !g.Granted || err != nil {
 			t.Fatalf("Queue by the holder on the cluster = %v, %v", g.Granted, err)
 		}
 	}

@@ -129,7 +129,7 @@ func BenchmarkInspect(b *testing.B) {
 	for i := range inspected {
 		p := store.PoolOf(0, name, fmt.Sprint(i))
 		for range leases {
-			if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: leases, TTL: 10 * time.Minute}); !g.Granted || err != nil {
+			if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: leases, TTL: 10 * time.Minute}); !g.Granted || err != nil {
 				b.Fatal(g.Granted, err)
 			}
 		}
@@ -226,9 +226,9 @@ func BenchmarkInspect(b *testing.B) {
 					}
 					o := store.NewOwner()
 					start := time.Now()
-					g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 1, TTL: time.Minute})
+					g, err := s.Acquire(ctx, p, o, store.Demand{Max: 1, TTL: time.Minute})
 					if err == nil {
-						_, err = s.Release(ctx, store.Demand{Pool: p, Owner: o}, false)
+						_, err = s.Release(ctx, p, o, store.Demand{}, false)
 					}
 					if err != nil || !g.Granted {
 						b.Error(g.Granted, err)

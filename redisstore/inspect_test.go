@@ -75,11 +75,11 @@ func TestInspectPagesParentsAndCarries(t *testing.T) {
 		parentHeld := 0
 		for i := range 150 {
 			p := store.PoolOf(0, name, fmt.Sprint("plain", i))
-			if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 5, TTL: time.Minute}); !g.Granted || err != nil {
+			if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 5, TTL: time.Minute}); !g.Granted || err != nil {
 				t.Fatal(g.Granted, err)
 			}
 			want[p] = 1
-			if g, err := s.Acquire(ctx, store.Demand{Pool: store.PoolOf(0, "insp-other", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 5, TTL: time.Minute}); !g.Granted || err != nil {
+			if g, err := s.Acquire(ctx, store.PoolOf(0, "insp-other", fmt.Sprint(i)), store.NewOwner(), store.Demand{Max: 5, TTL: time.Minute}); !g.Granted || err != nil {
 				t.Fatal(g.Granted, err)
 			}
 		}
@@ -88,16 +88,16 @@ func TestInspectPagesParentsAndCarries(t *testing.T) {
 			for i := range 20 {
 				kid := store.PoolOf(0, name, fmt.Sprint(pn, i))
 				w := 1 + i%3
-				d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: w, Parent: store.Parent{Pool: parent.Pool(), Max: 100, Share: 1}}}
-				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+				d := store.Demand{Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: w, Parent: store.Parent{Pool: parent.Pool(), Max: 100, Share: 1}}}
+				if g, err := s.Acquire(ctx, kid, store.NewOwner(), d); !g.Granted || err != nil {
 					t.Fatal(g.Granted, err)
 				}
 				want[kid] = w
 				parentHeld += w + 1
 				// Another name's key under the same parent: not shown.
-				d.Pool, d.Owner = store.PoolOf(0, "insp-other", fmt.Sprint(pn, i)), store.NewOwner()
+				other := store.PoolOf(0, "insp-other", fmt.Sprint(pn, i))
 				d.Shared = &store.Shared{Weight: 1, Parent: d.Shared.Parent}
-				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+				if g, err := s.Acquire(ctx, other, store.NewOwner(), d); !g.Granted || err != nil {
 					t.Fatal(g.Granted, err)
 				}
 			}
@@ -149,22 +149,22 @@ func TestInspectLinesAlone(t *testing.T) {
 		p := store.PoolOf(0, name, "plain")
 		// Leases of a second: long enough to be held when the waiters
 		// queue on a loaded machine, short enough to lapse soon after.
-		if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Second}); !g.Granted || err != nil {
+		if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Second}); !g.Granted || err != nil {
 			t.Fatal(g.Granted, err)
 		}
 		waiter := store.NewOwner()
-		if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: waiter, Max: 1, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+		if g, err := s.Acquire(ctx, p, waiter, store.Demand{Max: 1, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
 			t.Fatal(g.Granted, err)
 		}
 		parent := keycap.MustParent("insp-alone-parent", 1)
 		kid := store.PoolOf(0, name, "kid")
-		d := store.Demand{Pool: kid, Owner: store.NewOwner(), Max: 1, TTL: time.Second, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent.Pool(), Max: 1, Share: 1}}}
-		if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+		d := store.Demand{Max: 1, TTL: time.Second, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent.Pool(), Max: 1, Share: 1}}}
+		if g, err := s.Acquire(ctx, kid, store.NewOwner(), d); !g.Granted || err != nil {
 			t.Fatal(g.Granted, err)
 		}
 		kidWaiter := store.NewOwner()
-		d.Owner, d.TTL, d.Line = kidWaiter, time.Minute, tk
-		if g, err := s.Acquire(ctx, d); g.Granted || err != nil {
+		d.TTL, d.Line = time.Minute, tk
+		if g, err := s.Acquire(ctx, kid, kidWaiter, d); g.Granted || err != nil {
 			t.Fatal(g.Granted, err)
 		}
 		leases, _, _, _ := s.ShareKeys(parent.Pool())
@@ -261,7 +261,7 @@ func TestInspectRefusesOthersCursors(t *testing.T) {
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := s.Acquire(ctx, store.Demand{Pool: store.PoolOf(0, "insp-cursor", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); err != nil {
+		if _, err := s.Acquire(ctx, store.PoolOf(0, "insp-cursor", fmt.Sprint(i)), store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,7 +298,7 @@ func TestInspectAfterScriptFlush(t *testing.T) {
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
 	p := store.PoolOf(0, "insp-flush", "k")
-	if _, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -364,7 +364,7 @@ func TestInspectRing(t *testing.T) {
 	s := newStore(t, ring, testenv.Prefix(t, testenv.Redis(t)))
 	ctx := context.Background()
 	for i := range 3 {
-		if g, err := s.Acquire(ctx, store.Demand{Pool: store.PoolOf(0, "insp-ring", fmt.Sprint(i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+		if g, err := s.Acquire(ctx, store.PoolOf(0, "insp-ring", fmt.Sprint(i)), store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 			t.Fatal(g.Granted, err)
 		}
 	}
@@ -383,12 +383,12 @@ func TestInspectRoundTrips(t *testing.T) {
 		parent := keycap.MustParent("insp-rt", 10).Pool()
 		for i := range 30 {
 			p := store.PoolOf(0, name, fmt.Sprint(i))
-			if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+			if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 				t.Fatal(g.Granted, err)
 			}
 			if i < 5 {
-				d := store.Demand{Pool: store.PoolOf(0, name, fmt.Sprint("kid", i)), Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent, Max: 10, Share: 1}}}
-				if g, err := s.Acquire(ctx, d); !g.Granted || err != nil {
+				d := store.Demand{Max: 1, TTL: time.Minute, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent, Max: 10, Share: 1}}}
+				if g, err := s.Acquire(ctx, store.PoolOf(0, name, fmt.Sprint("kid", i)), store.NewOwner(), d); !g.Granted || err != nil {
 					t.Fatal(g.Granted, err)
 				}
 			}

@@ -64,13 +64,13 @@ func TestNotificationsSurviveAReconnect(t *testing.T) {
 	tk := store.Ticket{TTL: time.Minute, Claim: 10 * time.Second}
 	for attempt := 0; ; attempt++ {
 		a, b := store.NewOwner(), store.NewOwner()
-		if g, err := s.Acquire(ctx, store.Demand{Pool: pools[0], Owner: a, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+		if g, err := s.Acquire(ctx, pools[0], a, store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 			t.Fatalf("acquire: %v %v", g.Granted, err)
 		}
-		if g, err := s.Acquire(ctx, store.Demand{Pool: pools[0], Owner: b, Max: 1, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+		if g, err := s.Acquire(ctx, pools[0], b, store.Demand{Max: 1, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
 			t.Fatalf("queue: %v %v", g.Granted, err)
 		}
-		if _, err := s.Release(ctx, store.Demand{Pool: pools[0], Owner: a}, false); err != nil {
+		if _, err := s.Release(ctx, pools[0], a, store.Demand{}, false); err != nil {
 			t.Fatal(err)
 		}
 		timeout := time.After(time.Second)
@@ -79,14 +79,14 @@ func TestNotificationsSurviveAReconnect(t *testing.T) {
 			select {
 			case o := <-heard: // calls to look may come first
 				if len(o) == 1 && o[0] == b {
-					_, _ = s.Release(ctx, store.Demand{Pool: pools[0], Owner: b}, false)
+					_, _ = s.Release(ctx, pools[0], b, store.Demand{}, false)
 					return
 				}
 			case <-timeout:
 				break wait
 			}
 		}
-		_, _ = s.Release(ctx, store.Demand{Pool: pools[0], Owner: b}, false)
+		_, _ = s.Release(ctx, pools[0], b, store.Demand{}, false)
 		if attempt == 4 {
 			t.Fatal("handoffs after the reconnect are not notified")
 		}

@@ -58,10 +58,10 @@ func BenchmarkPairLatency(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()
 		o := store.NewOwner()
-		if g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: o, Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
+		if g, err := s.Acquire(ctx, pool, o, store.Demand{Max: 1, TTL: time.Minute}); err != nil || !g.Granted {
 			b.Fatalf("acquire: %v %v", g.Granted, err)
 		}
-		if _, err := s.Release(ctx, store.Demand{Pool: pool, Owner: o}, false); err != nil {
+		if _, err := s.Release(ctx, pool, o, store.Demand{}, false); err != nil {
 			b.Fatal(err)
 		}
 		mid := time.Now()
@@ -136,11 +136,11 @@ func pairs(s *redisstore.Store, l *keycap.Limiter, g int, name string) (direct, 
 	}
 	direct = func(w int) error {
 		o := store.NewOwner()
-		g, err := s.Acquire(ctx, store.Demand{Pool: pools[w], Owner: o, Max: 1, TTL: time.Minute})
+		g, err := s.Acquire(ctx, pools[w], o, store.Demand{Max: 1, TTL: time.Minute})
 		if err != nil || !g.Granted {
 			return fmt.Errorf("acquire: %v %v", g.Granted, err)
 		}
-		_, err = s.Release(ctx, store.Demand{Pool: pools[w], Owner: o}, false)
+		_, err = s.Release(ctx, pools[w], o, store.Demand{}, false)
 		return err
 	}
 	limiter = func(w int) error {

@@ -267,16 +267,16 @@ func ms(d time.Duration) int64 {
 // ticket, is pipelined with the node's other decisions of the moment
 // (batch.go); a demand with a weight or a parent runs share.lua or the
 // plain scripts with its weight (share.go).
-func (s *Store) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	switch {
 	case d.Pinned:
 		return store.Grant{}, &store.NotSupportedError{Feature: store.Pinned, Store: "*redisstore.Store"}
 	case !d.Plain():
-		return s.acquireShared(ctx, d)
+		return s.acquireShared(ctx, demand{d, pool, owner})
 	case d.Line.TTL > 0:
-		return s.queue(ctx, d.Pool, d.Owner, d.Max, d.TTL, d.Line)
+		return s.queue(ctx, pool, owner, d.Max, d.TTL, d.Line)
 	}
-	ok, err := s.acquire(ctx, d.Pool, d.Owner, d.Max, d.TTL)
+	ok, err := s.acquire(ctx, pool, owner, d.Max, d.TTL)
 	return store.Grant{Granted: ok}, err
 }
 
@@ -385,14 +385,21 @@ func (s *Store) checkAcked(ctx context.Context, pool store.PoolID, owner store.O
 // ZREM freed the slot; a caller that queues after it finds the slot free.
 // Leaving the line is one EVALSHA of release.lua; a demand with a weight
 // or a parent is released by share.go.
-func (s *Store) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (s *Store) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	switch {
 	case !d.Plain():
-		return s.releaseShared(ctx, d, leave)
+		return s.releaseShared(ctx, demand{d, pool, owner}, leave)
 	case leave:
-		return false, s.dequeue(ctx, d.Pool, d.Owner)
+		return false, s.dequeue(ctx, pool, owner)
 	}
-	return false, s.release(ctx, d.Pool, d.Owner)
+	return false, s.release(ctx, pool, owner)
+}
+
+// demand is a Demand with the pool and the owner it is made for.
+type demand struct {
+	store.Demand
+	Pool  store.PoolID
+	Owner store.Owner
 }
 
 // release frees owner's plain slot of pool.
@@ -430,14 +437,13 @@ func (s *Store) release(ctx context.Context, pool store.PoolID, owner store.Owne
 //
 // A demand with a weight or a parent, which no lane carries, is released
 // the same way: waited for.
-func (s *Store) ReleaseAsync(d store.Demand, budget time.Duration, done func(error)) {
-	pool, owner := d.Pool, d.Owner
+func (s *Store) ReleaseAsync(pool store.PoolID, owner store.Owner, d store.Demand, budget time.Duration, done func(error)) {
 	if s.acks > 0 || !d.Plain() {
 		ctx, cancel := context.Background(), noCancel
 		if budget > 0 {
 			ctx, cancel = context.WithTimeout(ctx, budget)
 		}
-		_, err := s.Release(ctx, d, false)
+		_, err := s.Release(ctx, pool, owner, d, false)
 		cancel()
 		done(err)
 		return

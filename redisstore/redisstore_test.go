@@ -82,24 +82,24 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			ctx := context.Background()
 			// Warm up: load the scripts, open connections.
 			p0, o0 := store.PoolOf(0, "rt", "warm"), store.NewOwner()
-			if _, err := s.Acquire(ctx, store.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second}); err != nil {
+			if _, err := s.Acquire(ctx, p0, o0, store.Demand{Max: 1, TTL: time.Second}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Renew(ctx, []store.Renewal{{Pool: p0, Owner: o0, TTL: time.Second}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Acquire(ctx, store.Demand{Pool: p0, Owner: store.NewOwner(), Max: 1, TTL: time.Second, Line: store.Ticket{TTL: time.Second, Claim: time.Second}}); err != nil {
+			if _, err := s.Acquire(ctx, p0, store.NewOwner(), store.Demand{Max: 1, TTL: time.Second, Line: store.Ticket{TTL: time.Second, Claim: time.Second}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Release(ctx, store.Demand{Pool: p0, Owner: o0}, false); err != nil {
+			if _, err := s.Release(ctx, p0, o0, store.Demand{}, false); err != nil {
 				t.Fatal(err)
 			}
 			// ...and share.lua, on the parent's node.
-			warm := store.Demand{Pool: p0, Owner: o0, Max: 1, TTL: time.Second, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: keycap.MustParent("rt", 4).Pool(), Max: 4, Share: 1}}}
-			if _, err := s.Acquire(ctx, warm); err != nil {
+			warm := store.Demand{Max: 1, TTL: time.Second, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: keycap.MustParent("rt", 4).Pool(), Max: 4, Share: 1}}}
+			if _, err := s.Acquire(ctx, p0, o0, warm); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Release(ctx, warm, false); err != nil {
+			if _, err := s.Release(ctx, p0, o0, warm, false); err != nil {
 				t.Fatal(err)
 			}
 			rt := testenv.CountRoundTrips(c)
@@ -118,13 +118,13 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 				for i := range owners {
 					owners[i] = store.NewOwner()
 					measure("acquire", max, func() {
-						if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: owners[i], Max: max, TTL: time.Minute}); !g.Granted || err != nil {
+						if g, err := s.Acquire(ctx, p, owners[i], store.Demand{Max: max, TTL: time.Minute}); !g.Granted || err != nil {
 							t.Fatalf("acquire %d: %v %v", i, g.Granted, err)
 						}
 					})
 				}
 				measure("reject", max, func() {
-					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: max, TTL: time.Minute}); g.Granted || err != nil {
+					if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: max, TTL: time.Minute}); g.Granted || err != nil {
 						t.Fatalf("reject: %v %v", g.Granted, err)
 					}
 				})
@@ -141,33 +141,33 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 				// release hands the slot to it, and the waiter claims it.
 				w, tk := store.NewOwner(), store.Ticket{TTL: time.Minute, Claim: time.Minute}
 				measure("queue (refused: a ticket)", max, func() {
-					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: w, Max: max, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+					if g, err := s.Acquire(ctx, p, w, store.Demand{Max: max, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
 						t.Fatalf("queue: %v %v", g.Granted, err)
 					}
 				})
 				measureN("release (handed to the ticket)", max, 2, func() {
-					if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: owners[0]}, false); err != nil {
+					if _, err := s.Release(ctx, p, owners[0], store.Demand{}, false); err != nil {
 						t.Fatal(err)
 					}
 				})
 				measure("queue (claims the handoff)", max, func() {
-					if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: w, Max: max, TTL: time.Minute, Line: tk}); !g.Granted || err != nil {
+					if g, err := s.Acquire(ctx, p, w, store.Demand{Max: max, TTL: time.Minute, Line: tk}); !g.Granted || err != nil {
 						t.Fatalf("claim: %v %v", g.Granted, err)
 					}
 				})
 				owners[0] = w
 				w2 := store.NewOwner()
-				if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: w2, Max: max, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
+				if g, err := s.Acquire(ctx, p, w2, store.Demand{Max: max, TTL: time.Minute, Line: tk}); g.Granted || err != nil {
 					t.Fatalf("queue: %v %v", g.Granted, err)
 				}
 				measure("dequeue", max, func() {
-					if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: w2}, true); err != nil {
+					if _, err := s.Release(ctx, p, w2, store.Demand{}, true); err != nil {
 						t.Fatal(err)
 					}
 				})
 				for i := range owners {
 					measure("release", max, func() {
-						if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: owners[i]}, false); err != nil {
+						if _, err := s.Release(ctx, p, owners[i], store.Demand{}, false); err != nil {
 							t.Fatal(err)
 						}
 					})
@@ -175,30 +175,36 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			}
 			// Weights and parents: every decision one round trip too.
 			parent := keycap.MustParent("rt", 4).Pool()
-			d := func(key string, max, weight int) store.Demand {
-				return store.Demand{Pool: store.PoolOf(0, "rt-kid", key), Owner: store.NewOwner(), Max: max, TTL: time.Minute, Shared: &store.Shared{Weight: weight,
-					Parent: store.Parent{Pool: parent, Max: 4, Share: 1, Keep: time.Minute}}}
+			// lease is a demand with the pool and the owner it is made for.
+			type lease struct {
+				pool  store.PoolID
+				owner store.Owner
+				d     store.Demand
 			}
-			take := func(what string, dm store.Demand, want bool) {
+			d := func(key string, max, weight int) lease {
+				return lease{store.PoolOf(0, "rt-kid", key), store.NewOwner(), store.Demand{Max: max, TTL: time.Minute, Shared: &store.Shared{Weight: weight,
+					Parent: store.Parent{Pool: parent, Max: 4, Share: 1, Keep: time.Minute}}}}
+			}
+			take := func(what string, l lease, want bool) {
 				t.Helper()
-				measure(what, dm.Max, func() {
-					if g, err := s.Acquire(ctx, dm); g.Granted != want || err != nil {
+				measure(what, l.d.Max, func() {
+					if g, err := s.Acquire(ctx, l.pool, l.owner, l.d); g.Granted != want || err != nil {
 						t.Fatalf("%s: %v %v", what, g.Granted, err)
 					}
 				})
 			}
-			give := func(what string, dm store.Demand) {
+			give := func(what string, l lease) {
 				t.Helper()
-				measure(what, dm.Max, func() {
-					if _, err := s.Release(ctx, dm, false); err != nil {
+				measure(what, l.d.Max, func() {
+					if _, err := s.Release(ctx, l.pool, l.owner, l.d, false); err != nil {
 						t.Fatal(err)
 					}
 				})
 			}
-			weighted := store.Demand{Pool: store.PoolOf(0, "rt", "weighted"), Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Shared: &store.Shared{Weight: 3}}
+			weighted := lease{store.PoolOf(0, "rt", "weighted"), store.NewOwner(), store.Demand{Max: 4, TTL: time.Minute, Shared: &store.Shared{Weight: 3}}}
 			take("weighted acquire", weighted, true)
 			measure("weighted renewal", 4, func() {
-				if err := s.Renew(ctx, []store.Renewal{{Pool: weighted.Pool, Owner: weighted.Owner, TTL: time.Minute, Weight: 3}}); err != nil {
+				if err := s.Renew(ctx, []store.Renewal{{Pool: weighted.pool, Owner: weighted.owner, TTL: time.Minute, Weight: 3}}); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -207,12 +213,12 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 			take("acquire with a parent", heavy, true)
 			take("acquire with a parent", light, true)
 			waiter := d("heavy", 4, 1)
-			waiter.Line = store.Ticket{TTL: time.Minute, Claim: time.Minute}
+			waiter.d.Line = store.Ticket{TTL: time.Minute, Claim: time.Minute}
 			take("refusal with a parent (a ticket)", waiter, false)
 			give("release with a parent (kept for its key)", light)
 			take("the key's next caller takes the kept slot", d("light", 4, 1), true)
 			measure("renewal with a parent", 4, func() {
-				if err := s.Renew(ctx, []store.Renewal{{Pool: heavy.Pool, Owner: heavy.Owner, TTL: time.Minute, Weight: 3, Parent: parent}}); err != nil {
+				if err := s.Renew(ctx, []store.Renewal{{Pool: heavy.pool, Owner: heavy.owner, TTL: time.Minute, Weight: 3, Parent: parent}}); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -232,7 +238,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+	if g, err := s.Acquire(ctx, p, o, store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 		t.Fatalf("acquire after flush: %v %v", g.Granted, err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -251,14 +257,14 @@ func TestIdlePoolLeavesNoKey(t *testing.T) {
 	s := newStore(t, c, testenv.Prefix(t, c))
 	ctx := context.Background()
 	p, o := store.PoolOf(0, "idle", "k"), store.NewOwner()
-	if _, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: o, Max: 3, TTL: 5 * time.Second}); err != nil {
+	if _, err := s.Acquire(ctx, p, o, store.Demand{Max: 3, TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	pttl, err := c.PTTL(ctx, s.Key(p)).Result()
 	if err != nil || pttl <= 0 || pttl > 5*time.Second {
 		t.Fatalf("PTTL = %v, %v: want the lease's TTL", pttl, err)
 	}
-	if _, err := s.Release(ctx, store.Demand{Pool: p, Owner: o}, false); err != nil {
+	if _, err := s.Release(ctx, p, o, store.Demand{}, false); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
@@ -267,7 +273,7 @@ func TestIdlePoolLeavesNoKey(t *testing.T) {
 	// A node's heartbeat that finds none of its members left (a user's
 	// connections all gone) deletes the key too.
 	node := store.NodeOf("n")
-	if _, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.MemberOf(node, "c1"), Max: 3, TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, p, store.MemberOf(node, "c1"), store.Demand{Max: 3, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Sync(ctx, node, time.Minute, []store.SyncPool{{Pool: p}}); err != nil {
@@ -321,11 +327,11 @@ func TestFeatures(t *testing.T) {
 			defer cancel()
 			pool := store.PoolOf(0, "pinned", tc.name)
 			for _, d := range []store.Demand{
-				{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Pinned: true},
-				{Pool: pool, Owner: store.NewOwner(), Max: 4, TTL: time.Minute, Shared: &store.Shared{Weight: 2}, Pinned: true},
-				{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Minute, Claim: time.Minute}, Pinned: true},
+				{Max: 1, TTL: time.Minute, Pinned: true},
+				{Max: 4, TTL: time.Minute, Shared: &store.Shared{Weight: 2}, Pinned: true},
+				{Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Minute, Claim: time.Minute}, Pinned: true},
 			} {
-				g, err := s.Acquire(ctx, d)
+				g, err := s.Acquire(ctx, pool, store.NewOwner(), d)
 				if !errors.Is(err, store.ErrNotSupported) || !errors.Is(err, keycap.ErrNotSupported) || g.Granted {
 					t.Fatalf("Acquire of a pinned demand (weight %d, line %v) = %+v, %v; want an error matching ErrNotSupported", d.Weight(), d.Line, g, err)
 				}
@@ -346,7 +352,7 @@ func TestPinnedTakesNoSlot(t *testing.T) {
 	ctx := context.Background()
 	p := store.PoolOf(0, "pinned", "k")
 	rt := testenv.CountRoundTrips(c)
-	if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute, Pinned: true}); g.Granted || !errors.Is(err, store.ErrNotSupported) {
+	if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute, Pinned: true}); g.Granted || !errors.Is(err, store.ErrNotSupported) {
 		t.Fatalf("Acquire of a pinned demand = %+v, %v; want ErrNotSupported", g, err)
 	}
 	if n := rt.Load(); n != 0 {
@@ -355,7 +361,7 @@ func TestPinnedTakesNoSlot(t *testing.T) {
 	if n, err := c.Exists(ctx, s.Key(p)).Result(); err != nil || n != 0 {
 		t.Fatalf("the refused pinned demand left a key: %d %v", n, err)
 	}
-	if g, err := s.Acquire(ctx, store.Demand{Pool: p, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+	if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
 		t.Fatalf("Acquire after the refused pinned demand = %+v, %v; want the pool's one slot", g, err)
 	}
 }

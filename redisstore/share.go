@@ -42,7 +42,7 @@ func members(owner store.Owner, w int) []any {
 // EVALSHA (and, with WithReplicaAcks, a WAIT in the same round trip). A
 // demand without a parent runs the plain pool's acquire or queue script
 // with its weight; one with a parent runs share.lua on the parent's keys.
-func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error) {
 	var t *store.Ticket
 	if d.Line.TTL > 0 {
 		t = &d.Line
@@ -117,7 +117,7 @@ func (s *Store) acquireShared(ctx context.Context, d store.Demand) (store.Grant,
 // releaseShared is Release for a demand with a weight or a parent: without
 // a parent, as a plain release (or leaving the line) with the lease's
 // members; with a parent, one EVALSHA of share.lua.
-func (s *Store) releaseShared(ctx context.Context, d store.Demand, dequeue bool) (bool, error) {
+func (s *Store) releaseShared(ctx context.Context, d demand, dequeue bool) (bool, error) {
 	w := d.Weight()
 	var err error
 	kept := false

@@ -45,9 +45,9 @@ type Store interface {
 	// Renew of plain slots. It returns the same value every time.
 	Features() Features
 
-	// Acquire takes d.Weight slots (one when it is 0) of d.Pool for
-	// d.Owner, expiring after d.TTL, if the pool (and d.Parent's, when d
-	// has one) has room, and reports whether it did. If the owner already
+	// Acquire takes d.Weight() slots of pool for owner, expiring after
+	// d.TTL, if the pool (and its parent, when d has one) has room, and
+	// reports whether it did. If the owner already
 	// holds a lease in the pool, Acquire extends it and grants it again.
 	// In a store with Lines, a caller without a ticket is refused while
 	// anyone waits in the pool's line.
@@ -56,17 +56,18 @@ type Store interface {
 	// pool's line, taken in the same call (see Ticket), and Grant.Ahead
 	// says how many wait before it. With d.Pinned (Pinned), the slot never
 	// expires. A weight above one or a parent needs Shares. One round trip.
-	Acquire(ctx context.Context, d Demand) (Grant, error)
+	Acquire(ctx context.Context, pool PoolID, owner Owner, d Demand) (Grant, error)
 
-	// Release frees d.Owner's lease of d.Pool. Releasing a lease that
-	// expired or was never granted does nothing. With leave, the owner
-	// also leaves the pool's line (Lines): its ticket is taken out, and a
-	// slot handed to it and not claimed yet goes to the next ticket.
+	// Release frees owner's lease of pool (d says its weight and parent).
+	// Releasing a lease that expired or was never granted does nothing.
+	// With leave, the owner also leaves the pool's line (Lines): its
+	// ticket is taken out, and a slot handed to it and not claimed yet
+	// goes to the next ticket.
 	//
 	// With Shares, a slot freed by a key of a parent may be kept for that
 	// key (Parent.Keep): Release reports kept, and the slot passes on at
 	// the next call on the parent that finds it expired. One round trip.
-	Release(ctx context.Context, d Demand, leave bool) (kept bool, err error)
+	Release(ctx context.Context, pool PoolID, owner Owner, d Demand, leave bool) (kept bool, err error)
 
 	// Renew extends each unexpired lease of batch to expire TTL from now,
 	// and sets Lost on each lease that has expired or is unknown (it is
@@ -76,16 +77,16 @@ type Store interface {
 	// returned error means that no lease's outcome is known.
 	Renew(ctx context.Context, batch []Renewal) error
 
-	// ReleaseAsync (AsyncRelease) starts Release(d, false) and returns at
-	// once. done is called once with its outcome, on a goroutine of the
-	// store's (or before ReleaseAsync returns, by a store that had to
-	// wait), and must not block. An Acquire or Release of the same pool
+	// ReleaseAsync (AsyncRelease) starts Release(pool, owner, d, false)
+	// and returns at once. done is called once with its outcome, on a
+	// goroutine of the store's (or before ReleaseAsync returns, by a store
+	// that had to wait), and must not block. An Acquire or Release of the same pool
 	// that the store receives after ReleaseAsync returns is applied after
 	// the release: an Acquire by the same process finds the slot free. A
 	// read (InspectPools) is not ordered with it. A release not sent within
 	// budget (0: no bound but the store's own timeouts) is not sent; done
 	// then has an error.
-	ReleaseAsync(d Demand, budget time.Duration, done func(error))
+	ReleaseAsync(pool PoolID, owner Owner, d Demand, budget time.Duration, done func(error))
 
 	// Notify (Notifications) calls fn with the owners of the tickets handed
 	// a slot of pool (a parent's pool, for the demands that share it), on
@@ -274,7 +275,7 @@ func unsupported(f Features) error { return &NotSupportedError{Feature: f} }
 func (Unsupported) Features() Features { return 0 }
 
 // ReleaseAsync calls done with a *NotSupportedError.
-func (Unsupported) ReleaseAsync(_ Demand, _ time.Duration, done func(error)) {
+func (Unsupported) ReleaseAsync(_ PoolID, _ Owner, _ Demand, _ time.Duration, done func(error)) {
 	done(unsupported(AsyncRelease))
 }
 

@@ -44,12 +44,13 @@ var KeptFor = Owner{}
 // (Store.Sync).
 type NodeID [8]byte
 
-// Demand is one lease asked of a store (Acquire), or given back (Release).
+// Demand is what an owner asks of a pool (Acquire), or gives back
+// (Release): the pool and the owner are the calls' own arguments, so that
+// a Demand holds no array and goes in registers (a call with a Demand
+// costs what one with scalars does).
 type Demand struct {
-	Pool  PoolID
-	Owner Owner
-	Max   int           // the pool's max, at least 1
-	TTL   time.Duration // the lease's
+	Max int           // the pool's max, at least 1
+	TTL time.Duration // the lease's
 
 	// Line, on Acquire, queues a refused caller in the pool's line (Lines):
 	// a zero Line takes no ticket.

@@ -173,19 +173,19 @@ type lossy struct {
 	drop atomic.Bool
 }
 
-func (l *lossy) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
+func (l *lossy) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
 	if l.drop.Load() {
 		return false, nil
 	}
-	return l.Store.Release(ctx, d, leave)
+	return l.Store.Release(ctx, pool, owner, d, leave)
 }
 
-func (l *lossy) ReleaseAsync(d store.Demand, budget time.Duration, done func(error)) {
+func (l *lossy) ReleaseAsync(pool store.PoolID, owner store.Owner, d store.Demand, budget time.Duration, done func(error)) {
 	if l.drop.Load() {
 		done(nil)
 		return
 	}
-	l.Store.ReleaseAsync(d, budget, done)
+	l.Store.ReleaseAsync(pool, owner, d, budget, done)
 }
 
 // testConnGhost: a release that never reached the store holds a slot until

@@ -31,7 +31,7 @@ func testFeatures(t *testing.T, open func() keycap.Store) {
 	}
 	if !has.Has(store.AsyncRelease) {
 		done := make(chan error, 1)
-		s.ReleaseAsync(store.Demand{Pool: p, Owner: store.NewOwner()}, time.Second, func(err error) {
+		s.ReleaseAsync(p, store.NewOwner(), store.Demand{}, time.Second, func(err error) {
 			select {
 			case done <- err:
 			default:

@@ -112,8 +112,8 @@ func testInspectPools(t *testing.T, open func() keycap.Store) {
 		}
 	}
 	if a.Features().Has(store.Shares) {
-		d := store.Demand{Pool: id("heavy"), Owner: store.NewOwner(), Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 3}}
-		if g, err := a.Acquire(ctx(t), d); err != nil || !g.Granted {
+		d := store.Demand{Max: 5, TTL: time.Minute, Shared: &store.Shared{Weight: 3}}
+		if g, err := a.Acquire(ctx(t), id("heavy"), store.NewOwner(), d); err != nil || !g.Granted {
 			t.Fatalf("Acquire of weight 3: %v, %v", g.Granted, err)
 		}
 		st := byPool(mustPools(t, b, store.TagOf(byte(keycap.FamilyApp), name)))[id("heavy")]
@@ -181,7 +181,7 @@ func testInspectLine(t *testing.T, open func() keycap.Store) {
 	var line []store.Owner
 	for range 3 {
 		o := store.NewOwner()
-		if g, err := s.Acquire(ctx(t), store.Demand{Pool: p, Owner: o, Max: 1, TTL: time.Minute, Line: longTicket}); err != nil || g.Granted {
+		if g, err := s.Acquire(ctx(t), p, o, store.Demand{Max: 1, TTL: time.Minute, Line: longTicket}); err != nil || g.Granted {
 			t.Fatalf("Acquire with a ticket: %v, %v", g.Granted, err)
 		}
 		line = append(line, o)

@@ -37,7 +37,7 @@ var longTicket = store.Ticket{TTL: time.Minute, Claim: time.Minute}
 // when refused, and returns the grant.
 func queue(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max int, tk store.Ticket) store.Grant {
 	t.Helper()
-	g, err := s.Acquire(ctx(t), store.Demand{Pool: p, Owner: o, Max: max, TTL: time.Minute, Line: tk})
+	g, err := s.Acquire(ctx(t), p, o, store.Demand{Max: max, TTL: time.Minute, Line: tk})
 	if err != nil {
 		t.Fatalf("Acquire with a ticket: %v", err)
 	}
@@ -61,7 +61,7 @@ func mustQueue(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max 
 // handed to it.
 func mustLeave(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner) {
 	t.Helper()
-	if _, err := s.Release(ctx(t), store.Demand{Pool: p, Owner: o}, true); err != nil {
+	if _, err := s.Release(ctx(t), p, o, store.Demand{}, true); err != nil {
 		t.Fatalf("Release, leaving the line: %v", err)
 	}
 }
@@ -280,7 +280,7 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 				for c.Err() == nil {
 					o := store.NewOwner()
 					for c.Err() == nil {
-						g, err := s.Acquire(c, store.Demand{Pool: p, Owner: o, Max: max, TTL: time.Minute, Line: store.Ticket{TTL: 5 * time.Second, Claim: 5 * time.Second}})
+						g, err := s.Acquire(c, p, o, store.Demand{Max: max, TTL: time.Minute, Line: store.Ticket{TTL: 5 * time.Second, Claim: 5 * time.Second}})
 						if err != nil {
 							if c.Err() == nil {
 								fail(fmt.Errorf("queue: %w", err))
@@ -293,7 +293,7 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 						time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond)
 					}
 					if c.Err() != nil {
-						_, _ = s.Release(context.Background(), store.Demand{Pool: p, Owner: o}, true)
+						_, _ = s.Release(context.Background(), p, o, store.Demand{}, true)
 						return
 					}
 					n := inside.Add(1)
@@ -305,7 +305,7 @@ func testLineContention(t *testing.T, open func() keycap.Store) {
 					served[id].Add(1)
 					time.Sleep(time.Millisecond)
 					inside.Add(-1)
-					if _, err := s.Release(context.Background(), store.Demand{Pool: p, Owner: o}, false); err != nil {
+					if _, err := s.Release(context.Background(), p, o, store.Demand{}, false); err != nil {
 						fail(fmt.Errorf("release: %w", err))
 						return
 					}

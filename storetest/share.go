@@ -44,24 +44,32 @@ func newFamily(name string, max int) family {
 	return family{parent: keycap.MustParent("storetest:"+name, max).Pool(), max: max}
 }
 
-func (f family) demand(key string, o store.Owner, max, weight int) store.Demand {
-	return store.Demand{
-		Pool: pool("kid:" + key), Owner: o, Max: max, TTL: time.Minute,
-		Shared: &store.Shared{Weight: weight, Parent: store.Parent{Pool: f.parent, Max: f.max, Share: 1}},
-	}
+// demand is a store.Demand with the pool and the owner it is made for,
+// which the store's calls take beside it.
+type demand struct {
+	store.Demand
+	Pool  store.PoolID
+	Owner store.Owner
 }
 
-func weighted(name string, o store.Owner, max, weight int) store.Demand {
-	return store.Demand{Pool: pool(name), Owner: o, Max: max, TTL: time.Minute, Shared: &store.Shared{Weight: weight}}
+func (f family) demand(key string, o store.Owner, max, weight int) demand {
+	return demand{Pool: pool("kid:" + key), Owner: o, Demand: store.Demand{
+		Max: max, TTL: time.Minute,
+		Shared: &store.Shared{Weight: weight, Parent: store.Parent{Pool: f.parent, Max: f.max, Share: 1}},
+	}}
+}
+
+func weighted(name string, o store.Owner, max, weight int) demand {
+	return demand{Pool: pool(name), Owner: o, Demand: store.Demand{Max: max, TTL: time.Minute, Shared: &store.Shared{Weight: weight}}}
 }
 
 // acquireDemand acquires (tk nil) or queues d and returns the grant.
-func acquireDemand(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticket) store.Grant {
+func acquireDemand(t *testing.T, s keycap.Store, d demand, tk *store.Ticket) store.Grant {
 	t.Helper()
 	if tk != nil {
 		d.Line = *tk
 	}
-	g, err := s.Acquire(ctx(t), d)
+	g, err := s.Acquire(ctx(t), d.Pool, d.Owner, d.Demand)
 	if err != nil {
 		t.Fatalf("Acquire(weight %d, max %d, parent max %d, ticket %v): %v", d.Weight(), d.Max, d.Shared.Parent.Max, tk != nil, err)
 	}
@@ -69,7 +77,7 @@ func acquireDemand(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticke
 }
 
 // take acquires (tk nil) or queues d and checks the answer.
-func take(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticket, want bool) int {
+func take(t *testing.T, s keycap.Store, d demand, tk *store.Ticket, want bool) int {
 	t.Helper()
 	g := acquireDemand(t, s, d, tk)
 	if g.Granted != want {
@@ -78,9 +86,9 @@ func take(t *testing.T, s keycap.Store, d store.Demand, tk *store.Ticket, want b
 	return g.Ahead
 }
 
-func give(t *testing.T, s keycap.Store, d store.Demand, leave bool) {
+func give(t *testing.T, s keycap.Store, d demand, leave bool) {
 	t.Helper()
-	if _, err := s.Release(ctx(t), d, leave); err != nil {
+	if _, err := s.Release(ctx(t), d.Pool, d.Owner, d.Demand, leave); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
@@ -164,9 +172,9 @@ func testParentCaps(t *testing.T, open func() keycap.Store) {
 }
 
 // holdN holds n slots of key in f, and returns the demands.
-func holdN(t *testing.T, s keycap.Store, f family, key string, n, max int) []store.Demand {
+func holdN(t *testing.T, s keycap.Store, f family, key string, n, max int) []demand {
 	t.Helper()
-	var ds []store.Demand
+	var ds []demand
 	for range n {
 		d := f.demand(key, store.NewOwner(), max, 1)
 		take(t, s, d, nil, true)
@@ -181,7 +189,7 @@ func testFairHandoff(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("fair", 4)
 	held := holdN(t, s, f, "busy", 4, 4)
-	busy := []store.Demand{f.demand("busy", store.NewOwner(), 4, 1), f.demand("busy", store.NewOwner(), 4, 1)}
+	busy := []demand{f.demand("busy", store.NewOwner(), 4, 1), f.demand("busy", store.NewOwner(), 4, 1)}
 	for _, d := range busy {
 		take(t, s, d, &longTicket, false)
 	}
@@ -201,7 +209,7 @@ func testShareSplit(t *testing.T, open func() keycap.Store) {
 	s := open()
 	f := newFamily("split", 6)
 	held := holdN(t, s, f, "filler", 6, 6)
-	var as, bs []store.Demand
+	var as, bs []demand
 	for range 6 {
 		a := f.demand("a", store.NewOwner(), 6, 1)
 		a.Shared.Parent.Share = 2
@@ -214,7 +222,7 @@ func testShareSplit(t *testing.T, open func() keycap.Store) {
 	for _, d := range held {
 		give(t, s, d, false)
 	}
-	count := func(ds []store.Demand) int {
+	count := func(ds []demand) int {
 		n := 0
 		for _, d := range ds {
 			if acquireDemand(t, s, d, &longTicket).Granted {
@@ -401,9 +409,9 @@ func testParentContention(t *testing.T, open func() keycap.Store) {
 }
 
 // release frees d and returns whether the store kept the slot for d's key.
-func release(t *testing.T, s keycap.Store, d store.Demand) bool {
+func release(t *testing.T, s keycap.Store, d demand) bool {
 	t.Helper()
-	kept, err := s.Release(ctx(t), d, false)
+	kept, err := s.Release(ctx(t), d.Pool, d.Owner, d.Demand, false)
 	if err != nil {
 		t.Fatalf("Release: %v", err)
 	}

@@ -237,7 +237,7 @@ func pool(name string) store.PoolID { return appPool("storetest", name) }
 // granted.
 func acquire(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, max int, ttl time.Duration) bool {
 	t.Helper()
-	g, err := s.Acquire(ctx(t), store.Demand{Pool: p, Owner: o, Max: max, TTL: ttl})
+	g, err := s.Acquire(ctx(t), p, o, store.Demand{Max: max, TTL: ttl})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -253,7 +253,7 @@ func mustAcquire(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner, ma
 
 func mustRelease(t *testing.T, s keycap.Store, p store.PoolID, o store.Owner) {
 	t.Helper()
-	if _, err := s.Release(ctx(t), store.Demand{Pool: p, Owner: o}, false); err != nil {
+	if _, err := s.Release(ctx(t), p, o, store.Demand{}, false); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }

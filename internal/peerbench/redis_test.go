@@ -56,10 +56,10 @@ func BenchmarkRedisSlot(b *testing.B) {
 				{"ping", func(int) error { return c.Ping(ctx).Err() }},
 				{"keycap-store", func(w int) error {
 					o := store.NewOwner()
-					if gr, err := s.Acquire(ctx, store.Demand{Pool: pools[w], Owner: o, Max: 1, TTL: time.Minute}); err != nil || !gr.Granted {
+					if gr, err := s.Acquire(ctx, pools[w], o, store.Demand{Max: 1, TTL: time.Minute}); err != nil || !gr.Granted {
 						return fmt.Errorf("acquire: %v %v", gr.Granted, err)
 					}
-					_, err := s.Release(ctx, store.Demand{Pool: pools[w], Owner: o}, false)
+					_, err := s.Release(ctx, pools[w], o, store.Demand{}, false)
 					return err
 				}},
 				{"keycap-limiter", func(w int) error {

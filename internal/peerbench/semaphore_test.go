@@ -50,10 +50,10 @@ func BenchmarkInProcessSlot(b *testing.B) {
 			return nil
 		}},
 		{"memstore", func(o store.Owner) error {
-			if _, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: o, Max: room, TTL: time.Minute}); err != nil {
+			if _, err := s.Acquire(ctx, pool, o, store.Demand{Max: room, TTL: time.Minute}); err != nil {
 				return err
 			}
-			_, err := s.Release(ctx, store.Demand{Pool: pool, Owner: o}, false)
+			_, err := s.Release(ctx, pool, o, store.Demand{}, false)
 			return err
 		}},
 		{"keycap-limiter", func(store.Owner) error { // a fresh owner per lease, inside

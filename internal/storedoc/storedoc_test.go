@@ -26,11 +26,13 @@ func TestEveryFeatureListsItsStores(t *testing.T) {
 // bare has no feature.
 type bare struct{ store.Unsupported }
 
-func (bare) Acquire(context.Context, store.Demand) (store.Grant, error) {
+func (bare) Acquire(context.Context, store.PoolID, store.Owner, store.Demand) (store.Grant, error) {
 	return store.Grant{Granted: true}, nil
 }
-func (bare) Release(context.Context, store.Demand, bool) (bool, error) { return false, nil }
-func (bare) Renew(context.Context, []store.Renewal) error              { return nil }
+func (bare) Release(context.Context, store.PoolID, store.Owner, store.Demand, bool) (bool, error) {
+	return false, nil
+}
+func (bare) Renew(context.Context, []store.Renewal) error { return nil }
 
 // inProcess declares one feature.
 type inProcess struct{ bare }

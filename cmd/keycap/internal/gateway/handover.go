@@ -81,11 +81,11 @@ func (h *handover) forPrev(d store.Demand) (store.Demand, bool) {
 // Acquire takes d in the old store first, while the handover lasts: a
 // refusal there refuses (the cap holds across the switch); a failure there
 // is ignored.
-func (h *handover) Acquire(ctx context.Context, d store.Demand) (store.Grant, error) {
+func (h *handover) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	took := false
 	if pd, ok := h.forPrev(d); ok && h.active.Load() {
 		pctx, cancel := context.WithTimeout(ctx, prevBudget)
-		g, err := h.prev.Acquire(pctx, pd)
+		g, err := h.prev.Acquire(pctx, pool, owner, pd)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -95,24 +95,24 @@ func (h *handover) Acquire(ctx context.Context, d store.Demand) (store.Grant, er
 		}
 		took = err == nil
 	}
-	g, err := h.Store.Acquire(ctx, d)
+	g, err := h.Store.Acquire(ctx, pool, owner, d)
 	switch {
 	case took && err == nil && g.Granted:
 		h.mu.Lock()
-		h.inPrev[leaseRef{d.Pool, d.Owner}] = struct{}{}
+		h.inPrev[leaseRef{pool, owner}] = struct{}{}
 		h.mu.Unlock()
 	case took:
-		h.releasePrev(d)
+		h.releasePrev(pool, owner, d)
 	}
 	return g, err
 }
 
 // Release frees d in both stores.
-func (h *handover) Release(ctx context.Context, d store.Demand, leave bool) (bool, error) {
-	if h.forget(d) {
-		h.releasePrev(d)
+func (h *handover) Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (bool, error) {
+	if h.forget(pool, owner) {
+		h.releasePrev(pool, owner, d)
 	}
-	return h.Store.Release(ctx, d, leave)
+	return h.Store.Release(ctx, pool, owner, d, leave)
 }
 
 // ReleaseAsync releases d in both stores without waiting for the new one;
@@ -121,25 +121,25 @@ func (h *handover) Release(ctx context.Context, d store.Demand, leave bool) (boo
 // releases without waiting too, and waited for (within prevBudget) when it
 // does not. Its outcome is ignored, as every call to the old store's is.
 // The Limiter calls it only when the new store declares AsyncRelease.
-func (h *handover) ReleaseAsync(d store.Demand, budget time.Duration, done func(error)) {
-	if h.forget(d) {
+func (h *handover) ReleaseAsync(pool store.PoolID, owner store.Owner, d store.Demand, budget time.Duration, done func(error)) {
+	if h.forget(pool, owner) {
 		if pd, ok := h.forPrev(d); ok && h.prev.Features().Has(store.AsyncRelease) {
-			h.prev.ReleaseAsync(pd, prevBudget, func(error) {})
+			h.prev.ReleaseAsync(pool, owner, pd, prevBudget, func(error) {})
 		} else {
-			h.releasePrev(d)
+			h.releasePrev(pool, owner, d)
 		}
 	}
-	h.Store.ReleaseAsync(d, budget, done)
+	h.Store.ReleaseAsync(pool, owner, d, budget, done)
 }
 
-func (h *handover) releasePrev(d store.Demand) {
+func (h *handover) releasePrev(pool store.PoolID, owner store.Owner, d store.Demand) {
 	pd, ok := h.forPrev(d)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), prevBudget)
 	defer cancel()
-	_, _ = h.prev.Release(ctx, pd, false)
+	_, _ = h.prev.Release(ctx, pool, owner, pd, false)
 }
 
 // Renew renews in the old store the leases also taken there.
@@ -175,10 +175,10 @@ func (h *handover) Sync(ctx context.Context, node store.NodeID, ttl time.Duratio
 	return h.Store.Sync(ctx, node, ttl, batch)
 }
 
-// forget reports whether d's lease was also taken in the old store, and
-// forgets it.
-func (h *handover) forget(d store.Demand) bool {
-	ref := leaseRef{d.Pool, d.Owner}
+// forget reports whether owner's lease of pool was also taken in the old
+// store, and forgets it.
+func (h *handover) forget(pool store.PoolID, owner store.Owner) bool {
+	ref := leaseRef{pool, owner}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, in := h.inPrev[ref]

@@ -46,11 +46,11 @@ func TestHandoverReleasesWithoutWaiting(t *testing.T) {
 			answered := make(chan error, 200)
 			for i := range 200 {
 				o := store.NewOwner()
-				g, err := h.Acquire(ctx, store.Demand{Pool: pool, Owner: o, Max: 1, TTL: time.Minute})
+				g, err := h.Acquire(ctx, pool, o, store.Demand{Max: 1, TTL: time.Minute})
 				if err != nil || !g.Granted {
 					t.Fatalf("acquire %d after the previous one's release was sent: %+v %v", i, g, err)
 				}
-				h.ReleaseAsync(store.Demand{Pool: pool, Owner: o}, time.Second, func(err error) { answered <- err })
+				h.ReleaseAsync(pool, o, store.Demand{}, time.Second, func(err error) { answered <- err })
 			}
 			for i := range 200 {
 				select {
@@ -63,7 +63,7 @@ func TestHandoverReleasesWithoutWaiting(t *testing.T) {
 				}
 			}
 			for name, s := range map[string]keycap.Store{"old": prev.store, "new": h.Store} {
-				g, err := s.Acquire(ctx, store.Demand{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute})
+				g, err := s.Acquire(ctx, pool, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute})
 				if err != nil || !g.Granted {
 					t.Fatalf("the %s store still holds a slot after every release: %+v %v", name, g, err)
 				}
@@ -95,7 +95,7 @@ func TestHandoverKeepsPartitions(t *testing.T) {
 	for i := range 30 {
 		pool := store.PoolOf(0, "handover", fmt.Sprint("parts-", i))
 		// Learns the slot ranges.
-		if _, err := next.Acquire(ctx, store.Demand{Pool: pool, Owner: store.NewOwner(), Max: 1, TTL: time.Minute}); err != nil {
+		if _, err := next.Acquire(ctx, pool, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		got, want := h.Partition(pool), next.Partition(pool)
@@ -115,11 +115,13 @@ func TestHandoverKeepsPartitions(t *testing.T) {
 // everything else.
 type bareStore struct{ store.Unsupported }
 
-func (bareStore) Acquire(context.Context, store.Demand) (store.Grant, error) {
+func (bareStore) Acquire(context.Context, store.PoolID, store.Owner, store.Demand) (store.Grant, error) {
 	return store.Grant{Granted: true}, nil
 }
 
-func (bareStore) Release(context.Context, store.Demand, bool) (bool, error) { return false, nil }
+func (bareStore) Release(context.Context, store.PoolID, store.Owner, store.Demand, bool) (bool, error) {
+	return false, nil
+}
 
 func (bareStore) Renew(context.Context, []store.Renewal) error { return nil }
 
