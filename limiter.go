@@ -131,8 +131,14 @@ func NewLimiter(st Store, opts ...Option) (*Limiter, error) {
 // has reports whether the store has feature f.
 func (l *Limiter) has(f store.Features) bool { return l.features&f == f }
 
-// need returns a *store.NotSupportedError naming what the store lacks of f.
-func (l *Limiter) need(f store.Features) error { return store.Need(l.store, f) }
+// need returns a *store.NotSupportedError naming what the store lacks of f,
+// from the features read once; nil when it has them all.
+func (l *Limiter) need(f store.Features) error {
+	if lack := f &^ l.features; lack != 0 {
+		return &store.NotSupportedError{Feature: lack, Store: fmt.Sprintf("%T", l.store)}
+	}
+	return nil
+}
 
 // Close stops the renewal loop and the node's heartbeat, and waits for the
 // releases in flight. Leases still held stay valid until their TTL runs out

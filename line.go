@@ -70,7 +70,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		if park != nil && left <= 0 {
 			tk = store.Ticket{TTL: park.For, Claim: park.Claim} // parks in the same call
 		}
-		refused, err := l.take(ctx, ls, order, now, tk, true)
+		refused, err := l.take(ctx, ls, order, now, tk)
 		if err != nil {
 			return nil, err
 		}

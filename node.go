@@ -192,21 +192,16 @@ func (n *nodes) sync(ctx context.Context, none bool) error {
 		return l.store.Sync(ctx, n.id, ttl, batch)
 	})
 	if err != nil {
-		if ctx.Err() == nil {
-			l.storeFailed(&limits[0], err)
-		}
-		return err
+		return l.account(ctx, &limits[0], err)
 	}
 	var failure error
 	var ghosts []Event
-	answered := []store.PoolID(nil)
 	n.mu.Lock()
 	for i, sp := range batch {
 		if sp.Err != nil {
 			failure = sp.Err
 			continue
 		}
-		answered = append(answered, sp.Pool)
 		if sp.Removed > 0 {
 			ghosts = append(ghosts, Event{Kind: GhostsDropped, Limit: limits[i], Count: sp.Removed})
 		}
@@ -218,12 +213,7 @@ func (n *nodes) sync(ctx context.Context, none bool) error {
 	}
 	n.mu.Unlock()
 	for i, sp := range batch {
-		if sp.Err != nil {
-			l.storeFailed(&limits[i], sp.Err)
-		}
-	}
-	for _, p := range answered {
-		l.storeAnswered(p)
+		l.account(ctx, &limits[i], sp.Err)
 	}
 	for _, e := range ghosts {
 		l.emit(e)

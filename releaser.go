@@ -135,11 +135,8 @@ func (r *releaser) send(lim Limit, owner store.Owner, until time.Duration) {
 	r.due = max(r.due, l.now()+budget)
 	r.inflightMu.Unlock()
 	l.store.ReleaseAsync(lim.pool, owner, lim.demand(), budget, func(err error) {
-		if err != nil {
-			l.storeFailed(&lim, err)
+		if l.account(context.Background(), &lim, err) != nil {
 			r.retry(lim, owner, until)
-		} else {
-			l.storeAnswered(lim.home())
 		}
 		l.waiters.wake(lim.pool)
 		r.inflightMu.Lock()

@@ -16,7 +16,7 @@ const DefaultTTL = 30 * time.Second
 // renewal, and far from where a clock plus a TTL would overflow.
 const (
 	MinTTL = time.Millisecond
-	MaxTTL = 10 * 365 * 24 * time.Hour
+	MaxTTL = store.MaxTTL
 )
 
 // DefaultBudget is the decision budget of a Limiter built without

@@ -81,7 +81,7 @@ func (l *Limiter) acquire(ctx context.Context, r request) (*Lease, error) {
 	case wait > 0:
 		return l.waitFor(ctx, ls, wait, start)
 	}
-	refused, err := l.take(ctx, ls, nil, start, store.Ticket{}, false)
+	refused, err := l.take(ctx, ls, nil, start, store.Ticket{})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (l *Limiter) waitFor(ctx context.Context, ls *Lease, wait, start time.Durat
 	}()
 	now := start
 	for {
-		refused, err := l.take(ctx, ls, nil, now, store.Ticket{}, true)
+		refused, err := l.take(ctx, ls, nil, now, store.Ticket{})
 		if err != nil {
 			return nil, err
 		}
@@ -190,10 +190,15 @@ const (
 // slot's line and the slots taken stay held; without one, a refusal
 // releases them. On an error (the context's, or a *StoreError of a limit
 // that fails closed) everything taken is undone, the ticket included.
-// retry says that the caller asks again, with the same owner, when
-// refused: a slot the store may have granted after its budget ran out is
-// then left to its TTL rather than released behind the next try's back.
-func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Duration, tk store.Ticket, retry bool) (int, error) {
+//
+// A slot whose store call ran out of budget may still be granted: takeSlot
+// frees it in the background. So that this release cannot land after a
+// later try of the same caller and free what that one is granted, a
+// refusal without a ticket after such a slot gives the lease a new owner
+// for its next try. (With a ticket, nothing is freed: the caller's next
+// try claims the slot, and an abandoned one expires with its ticket.)
+func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Duration, tk store.Ticket) (int, error) {
+	late := false
 	cur := -1
 	if l.observer != nil {
 		// An observer that panics on a store event (StoreRecovered,
@@ -213,7 +218,8 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 		}
 		cur = i
 		s := &ls.slots[i]
-		o, err := l.takeSlot(ctx, &s.limit, ls.owner, tk, false, retry)
+		o, lt, err := l.takeSlot(ctx, &s.limit, ls.owner, tk, false)
+		late = late || lt
 		if err != nil {
 			// A slot asked for by a caller that left may have been granted:
 			// it is given back. One the store failed to take is not (one
@@ -233,6 +239,9 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 			s.held = false
 			if tk.TTL == 0 {
 				l.undo(ls, -1, false, false)
+				if late {
+					ls.owner = l.newOwner(now)
+				}
 			}
 			return i, nil
 		}
@@ -246,9 +255,9 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 // failure policy: a failure is reported (call) and then, for a limit that
 // fails open, skipped, and otherwise returned as a *StoreError; the
 // context's error is returned as it is. A slot the store may still grant
-// after the budget ran out is freed in the background, unless the caller
-// asks again with the same owner (retry, or a ticket).
-func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, retry bool) (outcome, error) {
+// after the budget ran out (late) is freed in the background, but for a
+// caller with a ticket, whose next try claims it.
+func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin bool) (o outcome, late bool, err error) {
 	bctx, cancel, budget := ctx, context.CancelFunc(nil), time.Duration(0)
 	if l.features&store.InProcess == 0 { // deadline, inlined
 		bctx, cancel, budget = l.bounded(ctx, lim)
@@ -263,19 +272,19 @@ func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, t
 	}
 	switch {
 	case err == nil && g.Granted:
-		return held, nil
+		return held, false, nil
 	case err == nil:
-		return refused, nil
+		return refused, false, nil
 	case ctx.Err() != nil:
-		return refused, err
+		return refused, false, err
 	}
-	if _, late := err.(*BudgetError); late && !retry && tk.TTL == 0 {
+	if _, late = err.(*BudgetError); late && tk.TTL == 0 {
 		l.releaseLater(*lim, owner, false)
 	}
 	if l.failModeOf(lim) == FailClosed {
-		return refused, &StoreError{Limit: *lim, Err: err}
+		return refused, late, &StoreError{Limit: *lim, Err: err}
 	}
-	return skipped, nil
+	return skipped, late, nil
 }
 
 // The failure policy of every store call, in three steps: bound gives the
@@ -546,7 +555,7 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	// on it received it).
 	st := pinState{taking: true}
 	defer l.pinnedDone(lim, &owner, start, &st)
-	o, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
+	o, _, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true)
 	st.taking = false
 	switch {
 	case err != nil:

@@ -123,6 +123,8 @@ func WithAppCap(app string, n int) Option {
 //     refuses the connection; keycap.FailOpen admits it uncounted, and the
 //     first heartbeat after the store recovers counts it.
 //   - Budget, Shadow: as for any limit.
+//   - Wait, Weight, Parent, Share, Minimum: leave them zero; a connection
+//     takes one slot of its user's pool, at once or not at all.
 func WithSpec(s keycap.Spec) Option { return Option{func(c *config) { c.spec = s }} }
 
 // WithLiveness lets the Cap ask the server, every heartbeat, which
@@ -168,6 +170,10 @@ func New(limiter *keycap.Limiter, opts ...Option) (*Cap, error) {
 		return nil, invalid("Max", strconv.Itoa(sp.Max), "is the app's cap (WithDefaultCap, WithAppCap): leave it zero")
 	case sp.Family != keycap.FamilyApp:
 		return nil, invalid("Family", sp.Family.String(), "is the connections' family: leave it zero")
+	case sp.Weight > 1 || sp.Parent != nil || sp.Share != 0 || sp.Minimum != 0:
+		return nil, invalid("Weight", strconv.Itoa(sp.Weight), "a connection takes one slot of its user's pool, with no parent: leave Weight, Parent, Share and Minimum zero")
+	case sp.Wait != 0:
+		return nil, invalid("Wait", sp.Wait.String(), "a connection is admitted or refused at once: leave it zero")
 	case c.defaultCap < 0:
 		return nil, invalid("default cap", strconv.Itoa(c.defaultCap), "must be at least 0")
 	case c.badApp != "":

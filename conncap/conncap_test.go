@@ -107,11 +107,26 @@ func TestOptionsNameTheField(t *testing.T) {
 		"Name":           conncap.WithSpec(keycap.Spec{Name: "chat"}),
 		"Max":            conncap.WithSpec(keycap.Spec{Max: 3}),
 		"Family":         conncap.WithSpec(keycap.Spec{Family: keycap.FamilyJob}),
+		"Wait":           conncap.WithSpec(keycap.Spec{Wait: time.Second}),
 	} {
 		_, err := conncap.New(l, opt)
 		var ie *keycap.InvalidLimitError
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("%s: got %v", field, err)
+		}
+	}
+	// A connection takes one slot, with no parent: each of these fields
+	// is refused by New, not by every Admit.
+	for name, sp := range map[string]keycap.Spec{
+		"weight":  {Weight: 2},
+		"parent":  {Parent: keycap.MustParent("conns", 10)},
+		"share":   {Share: 2},
+		"minimum": {Minimum: 1},
+	} {
+		_, err := conncap.New(l, conncap.WithSpec(sp))
+		var ie *keycap.InvalidLimitError
+		if !errors.As(err, &ie) || ie.Field != "Weight" {
+			t.Errorf("%s: got %v, want an *InvalidLimitError of Weight", name, err)
 		}
 	}
 	pl, _ := keycap.NewLimiter(plain{memstore.New()})

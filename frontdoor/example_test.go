@@ -34,8 +34,12 @@ func ExampleAcquireOrPark() {
 	fmt.Println("parked:", errors.As(err, &le) && le.Parked)
 
 	running.Release() // the slot goes to the parked job's ticket
-	<-woken
-	fmt.Println("woken")
+	select {
+	case <-woken:
+		fmt.Println("woken")
+	case <-time.After(10 * time.Second):
+		fmt.Println("not woken in 10 s")
+	}
 	lease, err := frontdoor.AcquireOrPark(ctx, limiter, parking, limit)
 	fmt.Println("claimed the slot:", err == nil)
 	lease.Release()

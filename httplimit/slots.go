@@ -18,9 +18,9 @@ const DefaultRetryAfter = time.Second
 //	exports := keycap.Spec{Max: 3, Wait: 2 * time.Second}
 //	httplimit.Limit(exports).By("team:" + teamID).RetryAfter(5 * time.Second)
 //
-// The spec is checked when a request is limited (and by For's caller with
-// Spec.Validate, sooner); an invalid one makes that request fail with a
-// logged 500 that names its field.
+// The spec is checked when a request is limited: an invalid one makes that
+// request fail with a logged 500 that names its field. (To find it at
+// start-up, give the spec its limiter's name and call Spec.Validate.)
 type Slots struct {
 	spec       keycap.Spec
 	key        string

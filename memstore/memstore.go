@@ -204,16 +204,12 @@ type demand struct {
 // (the clock would need 146 years), and tells InspectPools the ttl to show.
 const pinned = time.Duration(1 << 62)
 
-// maxTTL bounds the TTL a pinned slot shows (keycap.MaxTTL), so that pinned
-// plus it cannot overflow.
-const maxTTL = 10 * 365 * 24 * time.Hour
-
 // acquire takes a slot of pool p for owner, for ttl or pinned.
 func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Duration, pin bool) bool {
 	now := s.fast()
 	expires := now + ttl + s.slack
 	if pin {
-		expires = pinned + min(ttl, maxTTL) // no overflow
+		expires = pinned + min(ttl, store.MaxTTL) // no overflow
 	}
 	sh := s.shard(p)
 	sh.mu.Lock()

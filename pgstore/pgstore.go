@@ -272,7 +272,7 @@ func wrap(op string, err error) error { return fmt.Errorf("pgstore: %s: %w", op,
 func (s *Store) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	switch {
 	case d.Pinned:
-		return store.Grant{}, &store.NotSupportedError{Feature: store.Pinned, Store: "*pgstore.Store"}
+		return store.Grant{}, store.Need(s, store.Pinned)
 	case !d.Plain():
 		return s.acquireShared(ctx, demand{d, pool, owner})
 	case d.Line.TTL > 0:

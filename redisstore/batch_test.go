@@ -52,7 +52,18 @@ func releaseThenAcquire(t *testing.T, s *redisstore.Store) {
 	for g := range 8 {
 		wg.Go(func() {
 			lim := keycap.Spec{Name: "in-order", Max: 1}.For(fmt.Sprint(g))
+			// A plain lease, released without waiting, then a weighted one
+			// that needs every slot of the pool: the weighted acquire, which
+			// runs another script, must still find the release applied.
+			plain := keycap.Spec{Name: "in-order-weighted", Max: 2}.For(fmt.Sprint(g))
+			heavy := keycap.Spec{Name: "in-order-weighted", Max: 2, Weight: 2}.For(fmt.Sprint(g))
 			for i := range 200 {
+				if g%2 == 1 {
+					lim = plain
+					if i%2 == 1 {
+						lim = heavy
+					}
+				}
 				ls, err := l.Acquire(ctx, lim)
 				if err != nil {
 					errs <- fmt.Errorf("goroutine %d, acquire %d after a release: %w", g, i, err)

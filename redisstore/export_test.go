@@ -12,3 +12,23 @@ func (s *Store) MarkKey(id store.PoolID) string                     { return s.m
 func (s *Store) PauseKey(id store.PoolID) string                    { return s.pauseKey(id) }
 func (s *Store) RateKey(id store.PoolID) string                     { return s.rateKey(id) }
 func (s *Store) ShareKeys(parent store.PoolID) (l, m, w, ln string) { return s.shareKeys(parent) }
+
+// lineKeys returns the Redis keys of pool's wait line: the line (a sorted
+// set of owner token → arrival number) and its meta (a hash of each
+// ticket's expiry and claim window, the pool's max and the last arrival
+// number). They share the pool's hash tag.
+func (s *Store) lineKeys(pool store.PoolID) (line, meta string) {
+	keys, _ := s.names(pool)
+	return keys[1], keys[2]
+}
+
+// shareKeys returns the Redis keys of parent's pools (keycap.Parent): the
+// leases of every key of the parent, the meta that counts them per key,
+// the set of keys that have a line, and the prefix of each key's line
+// (followed by the key's pool in hex; its tickets are that name with
+// ":t"). They all share the parent's hash tag, so that one script decides
+// for the parent and its keys on one Redis Cluster slot.
+func (s *Store) shareKeys(parent store.PoolID) (leases, meta, waiting, lines string) {
+	keys, lines, _ := s.shareNames(parent)
+	return keys[0], keys[1], keys[2], lines
+}

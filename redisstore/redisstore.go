@@ -230,15 +230,6 @@ func (s *Store) key(pool store.PoolID) string {
 	return s.prefix + "keycap:slots:{" + pool.String() + "}"
 }
 
-// lineKeys returns the Redis keys of pool's wait line: the line (a sorted
-// set of owner token → arrival number) and its meta (a hash of each
-// ticket's expiry and claim window, the pool's max and the last arrival
-// number). They share the pool's hash tag.
-func (s *Store) lineKeys(pool store.PoolID) (line, meta string) {
-	keys, _ := s.names(pool)
-	return keys[1], keys[2]
-}
-
 // channel returns the pub/sub channel on which pool's handoffs are
 // published (SPUBLISH: sharded on Redis Cluster), each message the owner
 // tokens served, 16 bytes each.
@@ -270,7 +261,7 @@ func ms(d time.Duration) int64 {
 func (s *Store) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
 	switch {
 	case d.Pinned:
-		return store.Grant{}, &store.NotSupportedError{Feature: store.Pinned, Store: "*redisstore.Store"}
+		return store.Grant{}, store.Need(s, store.Pinned)
 	case !d.Plain():
 		return s.acquireShared(ctx, demand{d, pool, owner})
 	case d.Line.TTL > 0:

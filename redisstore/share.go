@@ -10,17 +10,6 @@ import (
 	"github.com/keycap/keycap/store"
 )
 
-// shareKeys returns the Redis keys of parent's pools (keycap.Parent): the
-// leases of every key of the parent, the meta that counts them per key,
-// the set of keys that have a line, and the prefix of each key's line
-// (followed by the key's pool in hex; its tickets are that name with
-// ":t"). They all share the parent's hash tag, so that one script decides
-// for the parent and its keys on one Redis Cluster slot.
-func (s *Store) shareKeys(parent store.PoolID) (leases, meta, waiting, lines string) {
-	keys, lines, _ := s.shareNames(parent)
-	return keys[0], keys[1], keys[2], lines
-}
-
 func (s *Store) shareNames(parent store.PoolID) (keys []string, lines, channel string) {
 	h := parent.String()
 	p := s.prefix + "keycap:"
@@ -77,9 +66,20 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 	var err error
 	if s.acks > 0 {
 		reply, wait, err = s.acked(ctx, script, keys, args...)
-	} else {
+	} else if d.HasParent() {
 		reply = script.Run(ctx, s.client, keys, args...)
 		if err = reply.Err(); err != nil {
+			s.failed(err)
+		}
+	} else {
+		// A weighted lease of a pool goes through the pool's lane, as its
+		// plain leases do, so that it is ordered after a plain release sent
+		// without waiting (ReleaseAsync).
+		reply = evalsha(script, keys, args...)
+		if err = s.do(ctx, d.Pool, true, reply); err == nil {
+			err = reply.Err()
+		}
+		if err != nil {
 			s.failed(err)
 		}
 	}
@@ -133,18 +133,24 @@ func (s *Store) releaseShared(ctx context.Context, d demand, dequeue bool) (bool
 			ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min).Int64Slice()
 		kept = err == nil && len(res) == 2 && res[1] == 1
 	case dequeue:
+		// On the pool's lane, as the plain calls (see acquireShared).
 		keys, channel := s.names(d.Pool)
-		err = releaseScript.Run(ctx, s.client, keys, d.Owner[:], 1, channel, w).Err()
+		cmd := evalsha(releaseScript, keys, d.Owner[:], 1, channel, w)
+		if err = s.do(ctx, d.Pool, true, cmd); err == nil {
+			err = cmd.Err()
+		}
 	default:
 		keys, channel := s.names(d.Pool)
-		var waiting *redis.IntCmd
-		_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.ZRem(ctx, keys[0], members(d.Owner, w)...)
-			waiting = p.Exists(ctx, keys[1])
-			return nil
-		})
+		zrem := redis.NewIntCmd(ctx, append([]any{"zrem", keys[0]}, members(d.Owner, w)...)...)
+		waiting := redis.NewIntCmd(ctx, "exists", keys[1])
+		if err = s.do(ctx, d.Pool, false, zrem, waiting); err == nil {
+			err = errOf(zrem, waiting)
+		}
 		if err == nil && waiting.Val() == 1 {
-			err = releaseScript.Run(ctx, s.client, keys, d.Owner[:], 0, channel, w).Err()
+			cmd := evalsha(releaseScript, keys, d.Owner[:], 0, channel, w)
+			if err = s.do(ctx, d.Pool, true, cmd); err == nil {
+				err = cmd.Err()
+			}
 		}
 	}
 	if err != nil {

@@ -55,7 +55,9 @@ type Store interface {
 	// With d.Line set (Lines), a refused caller holds a ticket in the
 	// pool's line, taken in the same call (see Ticket), and Grant.Ahead
 	// says how many wait before it. With d.Pinned (Pinned), the slot never
-	// expires. A weight above one or a parent needs Shares. One round trip.
+	// expires. A weight above one or a parent needs Shares. A demand that
+	// needs a feature the store does not declare is answered with a
+	// *NotSupportedError, never served as another. One round trip.
 	Acquire(ctx context.Context, pool PoolID, owner Owner, d Demand) (Grant, error)
 
 	// Release frees owner's lease of pool (d says its weight and parent).

@@ -100,6 +100,11 @@ type Parent struct {
 	Keep  time.Duration // on release, how long a freed slot is kept for its key
 }
 
+// MaxTTL is the longest TTL a demand or a renewal asks for (keycap.MaxTTL):
+// far beyond any holder's renewal, and far from where a clock plus a TTL
+// would overflow.
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
 // Grant is what Acquire answers.
 type Grant struct {
 	Granted bool // the owner holds the lease

@@ -29,6 +29,26 @@ func testFeatures(t *testing.T, open func() keycap.Store) {
 			t.Errorf("%s of a feature the store does not declare: %v, want an error matching store.ErrNotSupported", method, err)
 		}
 	}
+	// A demand that needs an undeclared feature is refused as such, never
+	// served as another kind of demand.
+	demands := []struct {
+		need store.Features
+		d    store.Demand
+	}{
+		{store.Lines, store.Demand{Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Minute, Claim: time.Second}}},
+		{store.Pinned, store.Demand{Max: 1, TTL: time.Minute, Pinned: true}},
+		{store.Shares, store.Demand{Max: 2, TTL: time.Minute, Shared: &store.Shared{Weight: 2}}},
+	}
+	for _, c := range demands {
+		if has.Has(c.need) {
+			continue
+		}
+		g, err := s.Acquire(ctx(t), pool("features-demand"), store.NewOwner(), c.d)
+		if g.Granted {
+			t.Errorf("a demand that needs %s, which the store does not declare, was granted", c.need)
+		}
+		unsupported("Acquire of a demand that needs "+c.need.String(), err)
+	}
 	if !has.Has(store.AsyncRelease) {
 		done := make(chan error, 1)
 		s.ReleaseAsync(p, store.NewOwner(), store.Demand{}, time.Second, func(err error) {
