@@ -25,6 +25,7 @@ type Lease struct {
 	pins uint16 // the keeper's renewals under way that read the lease (one per slot at most); guarded by mu
 
 	member   bool // a member lease of the node, kept by its heartbeat (acquireAs)
+	named    bool // its owner is derived from a name (a member, a parked caller): never replaced
 	admitted bool // handed to its holder
 	released bool // guarded by mu
 	lost     bool // guarded by mu

@@ -59,7 +59,7 @@ func (l *Limiter) acquire(ctx context.Context, r request) (*Lease, error) {
 	}
 	switch {
 	case r.member != nil:
-		ls.owner, ls.member = store.MemberOf(l.nodes.id, *r.member), true
+		ls.owner, ls.member, ls.named = store.MemberOf(l.nodes.id, *r.member), true, true
 		// Registered before the store grants it, so that a heartbeat
 		// meanwhile keeps it rather than dropping it as a ghost.
 		l.nodes.add(ls)
@@ -69,7 +69,7 @@ func (l *Limiter) acquire(ctx context.Context, r request) (*Lease, error) {
 			}
 		}()
 	case r.park != nil:
-		ls.owner = r.park.Owner
+		ls.owner, ls.named = r.park.Owner, true
 		if l.has(store.Lines | store.Notifications) {
 			l.parked.cancel(r.park.Owner) // an attempt that comes back
 			return l.waitInLine(ctx, ls, wait, start, r.park)
@@ -195,8 +195,8 @@ const (
 // frees it in the background. So that this release cannot land after a
 // later try of the same caller and free what that one is granted, a
 // refusal without a ticket after such a slot gives the lease a new owner
-// for its next try. (With a ticket, nothing is freed: the caller's next
-// try claims the slot, and an abandoned one expires with its ticket.)
+// for its next try. (With a ticket or a named owner, nothing is freed: the
+// caller's next try claims the slot, and an abandoned one expires.)
 func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Duration, tk store.Ticket) (int, error) {
 	late := false
 	cur := -1
@@ -218,7 +218,7 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 		}
 		cur = i
 		s := &ls.slots[i]
-		o, lt, err := l.takeSlot(ctx, &s.limit, ls.owner, tk, false)
+		o, lt, err := l.takeSlot(ctx, &s.limit, ls.owner, tk, false, ls.named)
 		late = late || lt
 		if err != nil {
 			// A slot asked for by a caller that left may have been granted:
@@ -239,7 +239,7 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 			s.held = false
 			if tk.TTL == 0 {
 				l.undo(ls, -1, false, false)
-				if late {
+				if late && !ls.named {
 					ls.owner = l.newOwner(now)
 				}
 			}
@@ -256,8 +256,9 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 // fails open, skipped, and otherwise returned as a *StoreError; the
 // context's error is returned as it is. A slot the store may still grant
 // after the budget ran out (late) is freed in the background, but for a
-// caller with a ticket, whose next try claims it.
-func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin bool) (o outcome, late bool, err error) {
+// caller with a ticket or a named owner (named: a member, a parked caller),
+// whose next try, under the same owner, claims it.
+func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, named bool) (o outcome, late bool, err error) {
 	bctx, cancel, budget := ctx, context.CancelFunc(nil), time.Duration(0)
 	if l.features&store.InProcess == 0 { // deadline, inlined
 		bctx, cancel, budget = l.bounded(ctx, lim)
@@ -278,7 +279,7 @@ func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, t
 	case ctx.Err() != nil:
 		return refused, false, err
 	}
-	if _, late = err.(*BudgetError); late && tk.TTL == 0 {
+	if _, late = err.(*BudgetError); late && tk.TTL == 0 && !named {
 		l.releaseLater(*lim, owner, false)
 	}
 	if l.failModeOf(lim) == FailClosed {
@@ -555,7 +556,7 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	// on it received it).
 	st := pinState{taking: true}
 	defer l.pinnedDone(lim, &owner, start, &st)
-	o, _, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true)
+	o, _, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
 	st.taking = false
 	switch {
 	case err != nil:
