@@ -62,6 +62,7 @@ type slot struct {
 	limit    Limit
 	renewAt  time.Duration // next renewal, on the Limiter's clock
 	deadline time.Duration // when the slot expires in the store unless renewed
+	since    time.Duration // when the slot was granted, on the Limiter's clock
 	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
 	lost     bool          // found gone on renewal
 }

@@ -112,7 +112,7 @@ func (r *releaser) flush() bool {
 		if now >= p.until {
 			continue // expired in the store by now
 		}
-		if err := l.release(context.Background(), &p.limit, p.owner, false); err != nil {
+		if err := l.release(context.Background(), &p.limit, p.owner, false, 0); err != nil {
 			again = append(again, batch[i:]...)
 			break
 		}

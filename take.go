@@ -233,6 +233,9 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 			// Counted from before the store call: the lease lives at least
 			// this long in the store.
 			s.renewAt, s.deadline = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL
+			if s.limit.spec.Parent != nil {
+				s.since = l.now() // its use starts now, not when it was asked for
+			}
 		case skipped:
 			s.held = false // runs unguarded for this limit
 		case refused:
@@ -390,21 +393,28 @@ func (l *Limiter) releaseSlot(owner store.Owner, s *slot) {
 		l.releaser.send(s.limit, owner, s.deadline)
 		return
 	}
-	if err := l.release(context.Background(), &s.limit, owner, false); err != nil {
+	var held time.Duration
+	if s.limit.spec.Parent != nil {
+		held = max(l.now()-s.since, 1) // the slot-time its key is charged
+	}
+	if err := l.release(context.Background(), &s.limit, owner, false, held); err != nil {
 		l.releaser.retry(s.limit, owner, s.deadline)
 	}
 	l.waiters.wake(s.limit.pool)
 }
 
 // release frees owner's lease of lim (with leave, its ticket too) under the
-// failure policy. A slot a parent keeps for its key is passed on once the
-// parent's keep has passed, if nobody took it back.
-func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, leave bool) error {
+// failure policy; held is how long it was used (store.Demand.Held; 0: not
+// known). A slot a parent keeps for its key is passed on once the parent's
+// keep has passed, if nobody took it back.
+func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, leave bool, held time.Duration) error {
 	bctx, cancel, budget := ctx, context.CancelFunc(nil), time.Duration(0)
 	if l.features&store.InProcess == 0 { // deadline, inlined
 		bctx, cancel, budget = l.bounded(ctx, lim)
 	}
-	kept, err := l.store.Release(bctx, lim.pool, owner, lim.demand(), leave)
+	d := lim.demand()
+	d.Held = held
+	kept, err := l.store.Release(bctx, lim.pool, owner, d, leave)
 	if err != nil || cancel != nil {
 		err = l.end(ctx, bctx, cancel, budget, err)
 	}
@@ -421,7 +431,7 @@ func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, le
 // the background, within the budget. Its failure is not retried: the call
 // that could not tell reported the outage, and the slot expires by itself.
 func (l *Limiter) releaseLater(lim Limit, owner store.Owner, leave bool) {
-	go func() { _ = l.release(context.Background(), &lim, owner, leave) }()
+	go func() { _ = l.release(context.Background(), &lim, owner, leave, 0) }()
 }
 
 // passOnLater makes, once lim's parent's keep has passed, a call on the
@@ -431,7 +441,7 @@ func (l *Limiter) releaseLater(lim Limit, owner store.Owner, leave bool) {
 func (l *Limiter) passOnLater(lim Limit) {
 	time.AfterFunc(lim.spec.Parent.keep+time.Millisecond, func() {
 		if !l.closed.Load() {
-			_ = l.release(context.Background(), &lim, store.NewOwner(), false)
+			_ = l.release(context.Background(), &lim, store.NewOwner(), false, 0)
 		}
 	})
 }
@@ -600,7 +610,7 @@ func (l *Limiter) pinnedDone(lim *Limit, owner *store.Owner, start time.Duration
 // with report sends SlotReleased. A failed release is retried for a TTL, as
 // a renewed lease's would be.
 func (l *Limiter) releasePinned(lim *Limit, owner store.Owner, start time.Duration, report bool) {
-	if err := l.release(context.Background(), lim, owner, false); err != nil {
+	if err := l.release(context.Background(), lim, owner, false, 0); err != nil {
 		l.releaser.retry(*lim, owner, l.now()+lim.spec.TTL)
 	}
 	l.waiters.wake(lim.pool)

@@ -84,7 +84,7 @@ var migrationTmpl string
 var migration = template.Must(template.New("migration").Parse(migrationTmpl))
 
 // Version is the version of the schema this package installs.
-const Version = 4
+const Version = 5
 
 // Defaults.
 const (
@@ -239,7 +239,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		"pace":    "SELECT " + n.F("pace") + "($1, $2, $3, $4)",
 		"wtake":   "SELECT granted, ahead FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
 		"ptake":   "SELECT granted, ahead FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4, $5, $6, $7)",
+		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4, $5, $6, $7, $8)",
 
 		"inspect":         "SELECT pool, kind, owner, weight, left_us FROM " + n.F("inspect") + "($1, $2, $3)",
 		"inspect_pauses":  "SELECT id, pace, left_us FROM " + n.F("inspect_pauses") + "($1, $2, $3)",
@@ -451,7 +451,7 @@ func (s *Store) Pace(ctx context.Context, id store.PoolID, rate store.Rate) (tim
 // queries.
 func (s *Store) Tables() []string {
 	var out []string
-	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket", "override", "override_version"} {
+	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket", "account", "override", "override_version"} {
 		out = append(out, strings.Trim(s.names.T(t), " "))
 	}
 	return out

@@ -39,7 +39,7 @@ func (s *Store) releaseShared(ctx context.Context, d demand, leave bool) (bool, 
 	defer cancel()
 	var kept bool
 	if err := s.pool.QueryRow(ctx, s.sql["pgive"], d.Shared.Parent.Pool[:], d.Pool[:], d.Owner[:], leave,
-		ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min).Scan(&kept); err != nil {
+		ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, d.Held.Seconds()*1000).Scan(&kept); err != nil {
 		return false, wrap("release", err)
 	}
 	return kept, nil

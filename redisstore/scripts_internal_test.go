@@ -77,6 +77,33 @@ func TestScriptsKeepKeysAlive(t *testing.T) {
 			}
 			run(sync, []string{slots}, "zzzzzzzz", 90_000, 1, "zzzzzzzz1")
 			ttl(slots, 90*time.Second)
+
+			// share.lua: a parent's leases, meta and accounts live as long
+			// as its longest lease; its set of keys waiting, its queue and
+			// a key's line as long as their longest ticket (and its claim).
+			share := script(shareLua)
+			sp := p + "share:"
+			skeys := []string{sp + "{p}l", sp + "{p}m", sp + "{p}w", sp + "{p}q", sp + "{p}qmin", sp + "{p}a"}
+			lines := sp + "{p}line:"
+			kidA, kidB := strings.Repeat("a", 32), strings.Repeat("b", 32)
+			take := func(kid, owner string, ttlMs, tttlMs int) {
+				t.Helper()
+				run(share, skeys, "take", lines, sp+"wake", kid, owner+strings.Repeat("-", 16-len(owner)), 1, 1, ttlMs, 1, 1, 0, tttlMs, 1_500)
+			}
+			take(kidA, "a", 60_000, 0)
+			ttl(skeys[0], time.Minute)
+			ttl(skeys[1], time.Minute)
+			ttl(skeys[5], time.Minute)
+			take(kidA, "a", 5_000, 0) // held, renewed shorter: the keys keep their expiry
+			ttl(skeys[0], time.Minute)
+			take(kidB, "b", 60_000, 30_000) // the parent is full: a ticket
+			for _, k := range []string{skeys[2], skeys[3], lines + kidB, lines + kidB + ":t"} {
+				ttl(k, 31500*time.Millisecond)
+			}
+			take(kidB, "b", 60_000, 90_000) // a longer ticket: extended
+			for _, k := range []string{skeys[2], skeys[3], lines + kidB, lines + kidB + ":t"} {
+				ttl(k, 91500*time.Millisecond)
+			}
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,7 +14,17 @@ import (
 func (s *Store) shareNames(parent store.PoolID) (keys []string, lines, channel string) {
 	h := parent.String()
 	p := s.prefix + "keycap:"
-	return []string{p + "share:{" + h + "}", p + "shmeta:{" + h + "}", p + "shwait:{" + h + "}"}, p + "shline:{" + h + "}:", p + "wake:{" + h + "}"
+	return []string{p + "share:{" + h + "}", p + "shmeta:{" + h + "}", p + "shwait:{" + h + "}",
+		p + "shq:{" + h + "}", p + "shqmin:{" + h + "}", p + "shacct:{" + h + "}"}, p + "shline:{" + h + "}:", p + "wake:{" + h + "}"
+}
+
+// held is a lease's use in ms for share.lua: fractions kept, 0 for none
+// (the script then counts from the grant).
+func held(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
 }
 
 // members returns the sorted-set members of owner's lease of weight w in
@@ -130,7 +141,7 @@ func (s *Store) releaseShared(ctx context.Context, d demand, dequeue bool) (bool
 		}
 		var res []int64
 		res, err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave,
-			ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min).Int64Slice()
+			ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, held(d.Held)).Int64Slice()
 		kept = err == nil && len(res) == 2 && res[1] == 1
 	case dequeue:
 		// On the pool's lane, as the plain calls (see acquireShared).

@@ -9,6 +9,19 @@
 --          the parent's max and "seq" -> the last arrival (both written by
 --          tickets, for the fills that releases run)
 -- KEYS[3]  the keys that have a line: a set of kid
+-- KEYS[4]  the keys whose head ticket can be served and that have reached
+--          their minimum, in the order they are served (store.Shares): a
+--          sorted set scored by the slots the key holds for its share, of
+--          members vt .. seq .. kid, vt the slot-time the key received for
+--          its share (µs, 14 hex digits) and seq its head ticket's arrival
+--          (16 hex digits), so that a tie goes to the least served, then
+--          to the oldest head
+-- KEYS[5]  the same for the keys below their minimum, scored by the slots
+--          they hold for their minimum: read before KEYS[4]
+-- KEYS[6]  the keys' accounts: a hash of "v" .. kid -> virtual time (ms of
+--          slot-time per share), "q" .. kid -> its member in KEYS[4] or
+--          KEYS[5], "s" .. kid .. owner -> when a lease began (ms) and "V"
+--          -> the parent's virtual time (the key's served last, when it was)
 -- A key's line is the sorted set ARGV[2] .. kid of owner -> arrival, and its
 -- tickets the hash ARGV[2] .. kid .. ':t' of owner -> "expiry:claim:weight"
 -- and "c" -> the key's "max:share:min"; the two expire with the line's last
@@ -28,12 +41,13 @@
 --          ARGV[12] the ticket's ttl (0: no ticket), ARGV[13] its claim
 --   give:  ARGV[7] 1 to take the owner's ticket out of the line too,
 --          ARGV[8] how long to keep the slot for the key (ms, 0: never),
---          ARGV[9] the key's share, ARGV[10] its minimum
+--          ARGV[9] the key's share, ARGV[10] its minimum, ARGV[11] how
+--          long the holder used the lease (ms; 0: since its grant)
 --   renew: ARGV[7] the ttl (ms)
 --
 -- Slots kept for a key (keycap.WithKeep) are a lease of the zero owner
 -- (keycap.KeptFor), which the key's next caller takes over.
-local leases, meta, waiting = KEYS[1], KEYS[2], KEYS[3]
+local leases, meta, waiting, fairq, minq, acct = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, lines, channel, kid, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local w = tonumber(ARGV[6])
 local kept = string.rep('\0', 16)
@@ -43,18 +57,50 @@ local function clock()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
+-- keep makes key live at least ms from now: on Redis 7 and later one
+-- PEXPIRE … GT where it extends the expiry (as line.lua's keep).
+local gt = redis.REDIS_VERSION_NUM ~= nil
 local function keep(key, ms)
-  if redis.call('PTTL', key) < ms then
+  if gt then
+    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, ms)
+    end
+  elseif redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
   end
 end
 
 -- keepLeases keeps the leases and the meta that counts them alive together:
--- the meta outlives the leases.
+-- the meta and the accounts outlive the leases.
 local function keepLeases(ms)
   keep(leases, ms)
   keep(meta, ms)
+  keep(acct, ms)
 end
+
+-- num writes x for HSET and ZADD without losing digits.
+local function num(x)
+  return string.format('%.17g', x)
+end
+
+-- vnow returns the parent's virtual time, read once per call.
+local V0
+local function vnow()
+  if not V0 then
+    V0 = tonumber(redis.call('HGET', acct, 'V') or 0)
+  end
+  return V0
+end
+
+-- vt returns key c's virtual time: the parent's for a key with no account.
+local function vt(c)
+  local v = redis.call('HGET', acct, 'v' .. c)
+  if v then
+    return tonumber(v)
+  end
+  return vnow()
+end
+
 
 local function held(c)
   return tonumber(redis.call('HGET', meta, 'h' .. c) or 0)
@@ -73,21 +119,33 @@ local function member(c, o, i)
   return c .. o .. '#' .. i
 end
 
+local place -- below
+
 -- reconcile drops the counts of leases that Redis expired with their key
 -- (every lease lapsed): the meta, kept alive by tickets, would still count
--- them. total is the parent's ZCARD: only 0 can mean that.
-local function reconcile(total)
+-- them, and places the waiting keys again by what they hold now. total is
+-- the parent's ZCARD: only 0 can mean that.
+local function reconcile(total, now)
   if total > 0 then
     return
   end
+  local stale = false
   for _, f in ipairs(redis.call('HKEYS', meta)) do
     if string.sub(f, 1, 1) == 'h' then
       redis.call('HDEL', meta, f)
+      stale = true
+    end
+  end
+  if stale then
+    for _, c in ipairs(redis.call('SMEMBERS', waiting)) do
+      place(c, now)
     end
   end
 end
 
--- expire drops the expired leases of every key.
+
+-- expire drops the expired leases of every key, and moves the keys that
+-- wait in the queue by what they hold now.
 local function expire(now)
   local gone = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
   if #gone == 0 then
@@ -97,11 +155,17 @@ local function expire(now)
   for _, m in ipairs(gone) do
     local c = string.sub(m, 1, 32)
     per[c] = (per[c] or 0) + 1
-  end
-  for c, n in pairs(per) do
-    count(c, -n)
+    if #m == 48 then
+      redis.call('HDEL', acct, 's' .. m) -- lapsed: not charged
+    end
   end
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+  for c, n in pairs(per) do
+    count(c, -n)
+    if redis.call('EXISTS', lines .. c) == 1 then
+      place(c, now)
+    end
+  end
 end
 
 -- grant adds o's lease of weight n in key c until exp.
@@ -170,23 +234,46 @@ local function config(c)
   return tonumber(max), tonumber(share), tonumber(min)
 end
 
--- before reports whether a key holding ah slots of share as and minimum am
--- is served before one holding bh of bs and bm: below its minimum first,
--- then the fewest slots for its share. It also reports a tie.
-local function before(ah, as, am, bh, bs, bm)
-  local ab, bb = ah < am, bh < bm
+-- rank returns the order of a key holding h slots of share and minimum
+-- min: below its minimum first, by its slots for its minimum; then by its
+-- slots for its share (then by its virtual time, see before).
+local function rank(h, share, min)
+  if h < min then
+    return true, h / min
+  end
+  return false, h / share
+end
+
+-- micros is the virtual time v as it orders the queue's members.
+local function micros(v)
+  return math.floor(v * 1000)
+end
+
+-- before reports whether a key of rank (ab, ax) and virtual time av is
+-- served before one of (bb, bx, bv), and whether they tie.
+local function before(ab, ax, av, bb, bx, bv)
   if ab ~= bb then
     return ab, false
   end
-  local aw, bw = as, bs
-  if ab then
-    aw, bw = am, bm
+  if ax ~= bx then
+    return ax < bx, false
   end
-  local x, y = ah * bw, bh * aw
-  return x < y, x == y
+  av, bv = micros(av), micros(bv)
+  return av < bv, av == bv
 end
 
--- unline takes o's ticket out of c's line.
+-- unqueue takes key c out of the queue.
+local function unqueue(c)
+  local m = redis.call('HGET', acct, 'q' .. c)
+  if m then
+    redis.call('ZREM', fairq, m)
+    redis.call('ZREM', minq, m)
+    redis.call('HDEL', acct, 'q' .. c)
+  end
+end
+
+-- unline takes o's ticket out of c's line. The caller places c again
+-- when o's was the head.
 local function unline(c, o)
   local line = lines .. c
   if redis.call('ZREM', line, o) == 1 then
@@ -194,6 +281,7 @@ local function unline(c, o)
     if redis.call('EXISTS', line) == 0 then
       redis.call('SREM', waiting, c)
       redis.call('DEL', line .. ':t')
+      unqueue(c)
     end
   end
 end
@@ -222,48 +310,141 @@ local function head(c, now)
   end
 end
 
--- best returns the waiting key the next free slot goes to: among those
--- whose head ticket fits their own max, the one served first, the oldest
--- head on a tie.
+-- place puts key c in the queue, moves it, or takes it out, after
+-- anything that changed its head, what it holds or its virtual time: O(log
+-- n) in the keys waiting.
+place = function(c, now)
+  local o, _, n, seq = head(c, now)
+  if not o then
+    unqueue(c)
+    return
+  end
+  local max, share, min = config(c)
+  local h = held(c)
+  local m = string.format('%014x%016x', micros(vt(c)), seq) .. c
+  local old = redis.call('HGET', acct, 'q' .. c)
+  if old and old ~= m then
+    redis.call('ZREM', fairq, old)
+    redis.call('ZREM', minq, old)
+  end
+  if h + n > max then -- waits for its own slots
+    if old then
+      redis.call('ZREM', fairq, m)
+      redis.call('ZREM', minq, m)
+      redis.call('HDEL', acct, 'q' .. c)
+    end
+    return
+  end
+  local below, x = rank(h, share, min)
+  local q, other = fairq, minq
+  if below then
+    q, other = minq, fairq
+  end
+  -- A new member, or a new field, may have made its key anew: it lives
+  -- as long as the line that put it there, at least.
+  if redis.call('ZADD', q, num(x), m) == 1 then
+    keep(q, redis.call('PTTL', lines .. c))
+  end
+  redis.call('ZREM', other, m)
+  if redis.call('HSET', acct, 'q' .. c, m) == 1 then
+    keep(acct, redis.call('PTTL', lines .. c))
+  end
+end
+
+local function top(q)
+  local r = redis.call('ZRANGE', q, 0, 0)
+  if #r == 0 then
+    return nil
+  end
+  return string.sub(r[1], 31)
+end
+
+-- best returns the waiting key the next free slot goes to, the head of
+-- the queue (rank, then the least virtual time, then the oldest head). It
+-- drops the expired tickets it meets.
 local function best(now)
-  local b
-  for _, c in ipairs(redis.call('SMEMBERS', waiting)) do
+  while true do
+    local c = top(minq) or top(fairq)
+    if not c then
+      return nil
+    end
     local o, claim, n, seq = head(c, now)
     if o then
       local max, share, min = config(c)
       local h = held(c)
       if h + n <= max then
-        local first, tie = false, false
-        if b then
-          first, tie = before(h, share, min, b.h, b.share, b.min)
-        end
-        if not b or first or (tie and seq < b.seq) then
-          b = {c = c, o = o, claim = claim, n = n, seq = seq, h = h, share = share, min = min}
-        end
+        local below, x = rank(h, share, min)
+        return {c = c, o = o, claim = claim, n = n, seq = seq, share = share, below = below, x = x, v = vt(c)}
       end
     end
+    place(c, now)
   end
-  return b
 end
 
--- fill hands the parent's free slots to the waiting keys by the fair
--- share, and publishes the owners served. The best key's head waits until
--- its weight fits: nobody overtakes it.
+-- grantFair adds o's lease of weight n in key c until exp, starting now;
+-- v is c's virtual time. A key served is at the parent's time at least (it
+-- keeps no credit from the time it held more than others), and the
+-- parent's time moves to the key's.
+local function grantFair(c, o, n, exp, now, v)
+  grant(c, o, n, exp)
+  V0 = math.max(v, vnow())
+  redis.call('HSET', acct, 's' .. c .. o, now, 'V', num(V0), 'v' .. c, num(V0))
+end
+
+-- settle charges key c of share the slot-time of o's lease of n slots,
+-- used for d ms (0: held since its grant until now), but never puts c more
+-- than that ahead of the parent's time: slots borrowed while nobody else
+-- waited are not paid back later. A lease that lapses is not charged: its
+-- holder is gone. A key that holds nothing, waits for nothing and is not
+-- ahead of the parent's time loses its account: it would start from the
+-- parent's.
+local function settle(c, o, n, now, share, d)
+  local s = redis.call('HGET', acct, 's' .. c .. o)
+  if not s then
+    return
+  end
+  redis.call('HDEL', acct, 's' .. c .. o)
+  if d <= 0 then
+    d = math.max(now - tonumber(s), 0)
+  end
+  local v = math.min(vt(c), vnow()) + n * d / share
+  if held(c) == 0 and redis.call('EXISTS', lines .. c) == 0 and v <= vnow() then
+    redis.call('HDEL', acct, 'v' .. c)
+  else
+    redis.call('HSET', acct, 'v' .. c, num(v))
+  end
+end
+
+-- queued reports whether a key waits in the queue.
+local function queued()
+  return redis.call('EXISTS', minq) == 1 or redis.call('EXISTS', fairq) == 1
+end
+
+-- fill hands the parent's free slots to the waiting keys, best first, and
+-- publishes the owners served. The best key's head waits until its weight
+-- fits: nobody overtakes it.
 local function fill(pmax, now)
   if not pmax or redis.call('EXISTS', waiting) == 0 then
     return
   end
   local total = redis.call('ZCARD', leases)
-  reconcile(total)
+  reconcile(total, now)
+  if total >= pmax or not queued() then
+    return -- no slot free, or nobody to serve: the common cases, decided at once
+  end
   local served = {}
   while true do
     local b = best(now)
     if not b or total + b.n > pmax then
       break
     end
+    local v = vt(b.c)
     unline(b.c, b.o)
-    grant(b.c, b.o, b.n, now + b.claim)
+    grantFair(b.c, b.o, b.n, now + b.claim, now, v)
     keepLeases(b.claim)
+    if redis.call('EXISTS', lines .. b.c) == 1 then
+      place(b.c, now)
+    end
     total = total + b.n
     served[#served + 1] = b.o
   end
@@ -287,27 +468,33 @@ if op == 'take' then
     extend(kid, owner, now + ttl)
     keepLeases(ttl)
     unline(kid, owner)
+    if redis.call('EXISTS', line) == 1 then
+      place(kid, now)
+    end
     return {1, 0}
   end
   local lined = redis.call('EXISTS', line) == 1
   if not lined and takeKept(kid, w) then
     grant(kid, owner, w, now + ttl)
+    redis.call('HSET', acct, 's' .. kid .. owner, now) -- kept, not granted: the parent's time stays
     keepLeases(ttl)
     return {1, 0}
   end
   local total = redis.call('ZCARD', leases)
-  reconcile(total)
+  reconcile(total, now)
   local h = held(kid)
   if not lined and h + w <= max and total + w <= pmax then
+    local v = math.max(vt(kid), vnow()) -- no credit banked while it did not wait
     local first = true
-    if redis.call('EXISTS', waiting) == 1 then
+    if queued() then
       local b = best(now)
       if b then
-        first = before(h, share, min, b.h, b.share, b.min)
+        local kb, kx = rank(h, share, min)
+        first = before(kb, kx, v, b.below, b.x, b.v)
       end
     end
     if first then
-      grant(kid, owner, w, now + ttl)
+      grantFair(kid, owner, w, now + ttl, now, v)
       keepLeases(ttl)
       return {1, 0}
     end
@@ -315,7 +502,11 @@ if op == 'take' then
   if tttl == 0 then
     return {0, 0}
   end
-  if not redis.call('ZSCORE', line, owner) then
+  local fresh = not redis.call('ZSCORE', line, owner)
+  if fresh then
+    if not lined then
+      redis.call('HSET', acct, 'v' .. kid, num(math.max(vt(kid), vnow())))
+    end
     redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
   end
   redis.call('HSET', line .. ':t', owner, (now + tttl) .. ':' .. claim .. ':' .. w, 'c', max .. ':' .. share .. ':' .. min)
@@ -325,35 +516,50 @@ if op == 'take' then
   keep(line .. ':t', tttl + claim)
   keep(waiting, tttl + claim)
   keep(meta, tttl + claim)
-  return {0, redis.call('ZRANK', line, owner)}
+  keep(acct, tttl + claim)
+  local rank0 = redis.call('ZRANK', line, owner)
+  if rank0 == 0 or not lined then
+    place(kid, now)
+  end
+  keep(fairq, tttl + claim)
+  keep(minq, tttl + claim)
+  return {0, rank0}
 end
 
 if op == 'give' then
-  local keepMs, share, min = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-  local now
+  local keepMs, share, min, used = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+  local now = clock()
   local lined = redis.call('EXISTS', waiting) == 1
   if lined then
-    now = clock()
     expire(now) -- first: a lease that expired frees nothing to keep
   end
   local freed = drop(kid, owner, w)
+  if freed > 0 then
+    settle(kid, owner, freed, now, share, used)
+  end
   if ARGV[7] == '1' then
     unline(kid, owner)
   end
   local isKept = 0
   if lined then
     -- Kept for the key when it would be served first if it asked again.
-    if freed > 0 and ARGV[7] ~= '1' and keepMs > 0 and redis.call('EXISTS', lines .. kid) == 0 then
+    if freed > 0 and ARGV[7] ~= '1' and keepMs > 0 and redis.call('EXISTS', lines .. kid) == 0 and queued() then
       local b = best(now)
-      if b and b.c ~= kid and before(held(kid), share, min, b.h, b.share, b.min) then
-        local r = keptSlots(kid)
-        for i = 0, r + freed - 1 do
-          redis.call('ZADD', leases, now + keepMs, member(kid, kept, i))
+      if b and b.c ~= kid then
+        local kb, kx = rank(held(kid), share, min)
+        if before(kb, kx, math.max(vt(kid), vnow()), b.below, b.x, b.v) then
+          local r = keptSlots(kid)
+          for i = 0, r + freed - 1 do
+            redis.call('ZADD', leases, now + keepMs, member(kid, kept, i))
+          end
+          count(kid, freed)
+          keepLeases(keepMs)
+          isKept = 1
         end
-        count(kid, freed)
-        keepLeases(keepMs)
-        isKept = 1
       end
+    end
+    if redis.call('EXISTS', lines .. kid) == 1 then
+      place(kid, now)
     end
     fill(tonumber(redis.call('HGET', meta, 'max')), now)
   end
@@ -368,7 +574,12 @@ if op == 'renew' then
     return 0
   end
   if tonumber(exp) <= now then
-    drop(kid, owner, w)
+    if drop(kid, owner, w) > 0 then
+      redis.call('HDEL', acct, 's' .. kid .. owner)
+      if redis.call('EXISTS', lines .. kid) == 1 then
+        place(kid, now)
+      end
+    end
     return 0
   end
   extend(kid, owner, now + ttl)

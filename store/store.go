@@ -172,6 +172,22 @@ const (
 	// Shares: weighted leases and parents (Demand.Weight, Demand.Parent),
 	// with the lines of Lines for the demands that wait. Implemented by
 	// memstore, nullstore, pgstore and redisstore.
+	//
+	// The keys of a parent are served in this order, the fair share: a key
+	// below its minimum first, fewest slots held for its minimum first;
+	// then the key holding the fewest slots for its share; then the key
+	// that has received the least slot-time for its share (its virtual
+	// time); then the oldest head ticket. A key's virtual time grows, when
+	// one of its leases is released, by the lease's slot-time (weight ×
+	// Demand.Held, or the time the store saw it held, in ms) ÷ its share;
+	// a lease that lapses is not charged. A
+	// key served is brought up to the parent's virtual time, which then
+	// moves to the key's; a key that starts to wait starts from it at the
+	// earliest, and a release never leaves a key more than that lease
+	// ahead of it. So a key banks no credit while idle or while it held
+	// more than others, and repays no slots it borrowed while nobody else
+	// waited. A fresh caller is granted only before every waiting key
+	// (a tie goes to the waiter).
 	Shares
 	// Pinned: Demand.Pinned holds a slot with no expiry, for a holder that
 	// cannot die without the store (the store lives in its process).

@@ -64,6 +64,12 @@ type Demand struct {
 	// shares a parent, adds (Shares); nil for a plain slot. Stores read it
 	// and never change it: the Limiter builds it once per limit.
 	Shared *Shared
+
+	// Held, on Release of a parent's key's lease (Shares), is how long its
+	// holder used it, by the holder's clock: the slot-time its key is
+	// charged (see Shares). 0: the store's own count, from the grant to
+	// the release, which also counts a handoff's and the release's delays.
+	Held time.Duration
 }
 
 // Shared is the weight and the parent of a Demand.

@@ -24,6 +24,9 @@ func testShares(t *testing.T, ns Namespace) {
 			{"SharesSplitTheFreedSlots", testShareSplit},
 			{"MinimumIsServedFirst", testMinimum},
 			{"FreshCallersDoNotOvertakeAFairerKey", testFairNoOvertaking},
+			{"ServiceCountsOverTime", testFairOverTime},
+			{"ReleaseSaysTheSlotTimeUsed", testHeldCharged},
+			{"ManyKeysOneDecisionEach", testManyKeys},
 			{"ExpiryInAnyKeyHandsOn", testKidExpiry},
 			{"LapsedLeasesFreeTheirKey", testKidLapsed},
 			{"NotifiesOnTheParent", testParentNotifies},
@@ -272,6 +275,92 @@ func testFairNoOvertaking(t *testing.T, open func() keycap.Store) {
 	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, false) // full
 	give(t, s, held[2], false)
 	take(t, s, f.demand("c", store.NewOwner(), 3, 1), nil, true)
+}
+
+// testFairOverTime: a key with many callers does not win every tie
+// against a key with one. Each freed slot goes to the key that has had
+// less slot-time for its share (store.Shares), though the busy key's
+// waiter is older and both hold nothing when the slot frees.
+func testFairOverTime(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("overtime", 1)
+	busy := make([]demand, 4)
+	for i := range busy {
+		busy[i] = f.demand("busy", store.NewOwner(), 1, 1)
+	}
+	take(t, s, busy[0], nil, true)
+	for _, d := range busy[1:] {
+		take(t, s, d, &longTicket, false)
+	}
+	for i := 1; i < len(busy); i++ {
+		light := f.demand("light", store.NewOwner(), 1, 1)
+		take(t, s, light, &longTicket, false)
+		time.Sleep(20 * time.Millisecond) // slot-time for busy: not a synchronisation
+		give(t, s, busy[i-1], false)
+		if !acquireDemand(t, s, light, &longTicket).Granted {
+			t.Fatalf("round %d: the slot went to the key with the older waiter and more slot-time", i)
+		}
+		take(t, s, busy[i], &longTicket, false)
+		give(t, s, light, false) // busy's turn
+		take(t, s, busy[i], &longTicket, true)
+	}
+}
+
+// testHeldCharged: a release's Demand.Held is the slot-time its key is
+// charged, not the time the store saw the lease held: a key that held its
+// slot 30 ms by the store's clock but says it used 1 ms comes before a key
+// charged 10 ms, though that key's waiter is older.
+func testHeldCharged(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("held", 1)
+	b0 := f.demand("b", store.NewOwner(), 1, 1)
+	take(t, s, b0, nil, true)
+	b0.Held = 10 * time.Millisecond
+	give(t, s, b0, false)
+	a1 := f.demand("a", store.NewOwner(), 1, 1)
+	take(t, s, a1, nil, true)
+	b1 := f.demand("b", store.NewOwner(), 1, 1)
+	take(t, s, b1, &longTicket, false)
+	a2 := f.demand("a", store.NewOwner(), 1, 1)
+	take(t, s, a2, &longTicket, false)
+	time.Sleep(30 * time.Millisecond) // the store's count of a1's hold: not a synchronisation
+	a1.Held = time.Millisecond
+	give(t, s, a1, false)
+	if !acquireDemand(t, s, a2, &longTicket).Granted {
+		t.Fatal("the slot went to the key charged 10 ms, not to the key whose release said it used 1 ms")
+	}
+	take(t, s, b1, &longTicket, false)
+}
+
+// testManyKeys: with 2,000 keys waiting, each freed slot still goes to
+// the key first in line, and the parent is never over its total.
+func testManyKeys(t *testing.T, open func() keycap.Store) {
+	s := open()
+	const keys = 2000
+	f := newFamily("many", 2)
+	held := holdN(t, s, f, "holder", 2, 2)
+	waiters := make([]demand, keys)
+	for i := range waiters {
+		waiters[i] = f.demand(fmt.Sprint("k", i), store.NewOwner(), 1, 1)
+		take(t, s, waiters[i], &longTicket, false)
+	}
+	give(t, s, held[0], false)
+	give(t, s, held[1], false)
+	// The two oldest waiters, all else equal, were handed the slots.
+	for i, d := range waiters[:2] {
+		if !acquireDemand(t, s, d, &longTicket).Granted {
+			t.Fatalf("waiter %d was not handed a slot", i)
+		}
+	}
+	for i := 2; i < keys; i += 97 {
+		take(t, s, waiters[i], &longTicket, false)
+	}
+	for i := range 2 {
+		give(t, s, waiters[i], false)
+		if !acquireDemand(t, s, waiters[2+i], &longTicket).Granted {
+			t.Fatalf("waiter %d was not handed the slot freed by %d", 2+i, i)
+		}
+	}
 }
 
 // testKidExpiry: a lease of one key that expires is found by a call on
