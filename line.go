@@ -10,10 +10,17 @@ import (
 	"github.com/keycap/keycap/store"
 )
 
-// linePoll is how often a caller waiting in a store's line asks
-// again when no notification came: the fallback for a lost one. A waiter
-// on a store that cannot notify polls every 100 ms ± 50 % instead.
-const linePoll = time.Second
+// linePoll is how soon a caller waiting in a store's line asks again when
+// no notification came: the fallback for a lost one. Each poll that finds
+// nothing doubles the next, up to maxLinePoll, so that thousands of
+// waiters do not cost the store thousands of calls a second; a waiter's
+// ticket lives two polls (and a claim), so a waiter that died leaves the
+// line within 2 × maxLinePoll + handoffClaim. A waiter on a store that
+// cannot notify polls every 100 ms ± 50 % instead.
+const (
+	linePoll    = time.Second
+	maxLinePoll = 8 * time.Second
+)
 
 // handoffClaim is how long a slot handed to a waiting Acquire stays
 // reserved for it before it passes to the next ticket: a waiter is woken at
@@ -64,9 +71,10 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		}
 	}()
 	now := start
+	poll := linePoll
 	for {
 		left := wait - (now - start)
-		tk := store.Ticket{TTL: min(max(left, 0), 2*linePoll) + handoffClaim, Claim: handoffClaim}
+		tk := store.Ticket{TTL: min(max(left, 0), 2*poll) + handoffClaim, Claim: handoffClaim}
 		if park != nil && left <= 0 {
 			tk = store.Ticket{TTL: park.For, Claim: park.Claim} // parks in the same call
 		}
@@ -104,7 +112,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			l.refused(ctx, lim, waited)
 			return nil, &LimitError{Limit: *lim, Waited: waited}
 		}
-		d := linePoll
+		d := poll
 		if !notified {
 			d = l.poll()
 		}
@@ -120,6 +128,7 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			return nil, ctx.Err()
 		case <-wake:
 		case <-timer.C:
+			poll = min(2*poll, maxLinePoll)
 		}
 		now = l.now()
 	}
