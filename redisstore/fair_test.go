@@ -51,7 +51,7 @@ func fairWorker() {
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.For+15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), c.Warmup+c.Job+c.For+15*time.Second)
 	defer cancel()
 	tallies, err := fairtest.Run(ctx, l, c, tenants, time.Unix(0, ns))
 	if err != nil {
@@ -65,21 +65,21 @@ func fairWorker() {
 
 // fairAcrossProcesses runs tenants under mode on Redis, split over
 // processes helper processes, and reports the run.
-func fairAcrossProcesses(t testing.TB, mode string, tenants []fairtest.Tenant, processes int, job, d time.Duration) fairtest.Report {
+func fairAcrossProcesses(t testing.TB, cfg fairtest.Config, tenants []fairtest.Tenant, processes int) fairtest.Report {
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t, c)
-	cfg := fairtest.Config{Mode: mode, Name: "fair", Total: 20, Job: job, For: d}
+	cfg.Name = "fair"
 	cj, _ := json.Marshal(cfg)
 	var helpers []*testkit.Helper
 	for p := range processes {
 		var part []fairtest.Tenant // callers dealt out over the processes
-		for _, tn := range tenants {
+		for i, tn := range tenants {
 			n := tn.Callers / processes
-			if p < tn.Callers%processes {
+			if (p+i)%processes < tn.Callers%processes {
 				n++
 			}
 			if n > 0 {
-				part = append(part, fairtest.Tenant{Name: tn.Name, Callers: n})
+				part = append(part, fairtest.Tenant{Name: tn.Name, Callers: n, Job: tn.Job})
 			}
 		}
 		tj, _ := json.Marshal(part)
@@ -92,7 +92,7 @@ func fairAcrossProcesses(t testing.TB, mode string, tenants []fairtest.Tenant, p
 	}
 	var parts []map[string]*fairtest.Tally
 	for i, h := range helpers {
-		line, ok := h.WaitLine("result ", d+20*time.Second)
+		line, ok := h.WaitLine("result ", cfg.Warmup+cfg.Job+cfg.For+20*time.Second)
 		if !ok {
 			t.Fatalf("process %d of the run gave no result", i)
 		}
@@ -113,7 +113,7 @@ func fairAcrossProcesses(t testing.TB, mode string, tenants []fairtest.Tenant, p
 // tenants do not wait behind the flood (fairtest.Check).
 func TestFairnessAcrossProcesses(t *testing.T) {
 	const job = 50 * time.Millisecond
-	fair := fairAcrossProcesses(t, fairtest.Parents, fairtest.Workload, 2, job, 3*time.Second)
+	fair := fairAcrossProcesses(t, fairtest.Config{Mode: fairtest.Parents, Total: 20, Job: job, For: 3 * time.Second}, fairtest.Workload, 2)
 	t.Logf("\n%s", fair)
 	fairtest.Check(t, fair, 20, job, "flood", "light-a", "light-b")
 }
@@ -121,7 +121,74 @@ func TestFairnessAcrossProcesses(t *testing.T) {
 // BenchmarkFairnessAcrossProcesses: the workload over two
 // processes on one Redis, per mode.
 func BenchmarkFairnessAcrossProcesses(b *testing.B) {
-	fairtest.Bench(b, func(b *testing.B, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
-		return fairAcrossProcesses(b, mode, ts, 2, job, d)
+	fairtest.Bench(b, func(b *testing.B, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report {
+		return fairAcrossProcesses(b, c, ts, 2)
 	})
+}
+
+// BenchmarkUnequalJobsAcrossProcesses: jobs of 200 ms and of 10 ms under
+// a parent of 10, over two processes on one Redis: each tenant's share of
+// the slot-time.
+func BenchmarkUnequalJobsAcrossProcesses(b *testing.B) {
+	fairtest.BenchUnequal(b, func(b *testing.B, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report {
+		return fairAcrossProcesses(b, c, ts, 2)
+	})
+}
+
+// BenchmarkManyTenantsAcrossProcesses: a parent of 20 shared by one
+// flooding tenant and 10 to 2,000 tenants of one caller each (20,000 with
+// KEYCAP_MANY_MAX=20000), against one plain pool of 20, over two processes
+// on one Redis; with Redis's own count of script calls and their time
+// (INFO commandstats) per grant.
+func BenchmarkManyTenantsAcrossProcesses(b *testing.B) {
+	limit := 2000
+	if v, err := strconv.Atoi(os.Getenv("KEYCAP_MANY_MAX")); err == nil {
+		limit = v
+	}
+	c := testenv.Redis(b)
+	var before scriptStats
+	var last fairtest.Report
+	fairtest.BenchMany(b, limit, func(b *testing.B, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report {
+		last = fairAcrossProcesses(b, c, ts, 2)
+		return last
+	}, func(b *testing.B, mode string, done bool) {
+		st := readScriptStats(b, c)
+		if !done {
+			before = st
+			return
+		}
+		grants := last.Grants() * last.For.Seconds()
+		calls, usec := float64(st.calls-before.calls), float64(st.usec-before.usec)
+		b.ReportMetric(calls/grants, mode+"-scripts/grant")
+		b.ReportMetric(usec/calls, mode+"-µs/script")
+		b.ReportMetric(usec/grants, mode+"-µs/grant")
+	})
+}
+
+// scriptStats is Redis's count of EVALSHA calls and their time.
+type scriptStats struct{ calls, usec int64 }
+
+func readScriptStats(b *testing.B, c *redis.Client) scriptStats {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st scriptStats
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.calls = n
+			case "usec":
+				st.usec = n
+			}
+		}
+	}
+	return st
 }

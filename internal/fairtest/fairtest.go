@@ -34,13 +34,30 @@ type Config struct {
 	Name  string        // the limits' name: unique per run
 	Total int           // the parent's slots, each tenant's cap too
 	Job   time.Duration // how long a job holds its slot
-	For   time.Duration // how long callers start jobs
+	For   time.Duration // how long the run is measured
+	// Warmup is how long callers run before the measure starts (0: one
+	// job): the start's transients (slots borrowed while the parent is
+	// empty) are left out.
+	Warmup time.Duration
 }
+
+// warmup returns c's warm-up.
+func (c Config) warmup() time.Duration {
+	if c.Warmup > 0 {
+		return c.Warmup
+	}
+	return c.Job
+}
+
+// RunFunc runs tenants under c (its Name left to it: unique per run) and
+// reports the run: in one process, or over several.
+type RunFunc func(b *testing.B, c Config, tenants []Tenant) Report
 
 // Tenant is one tenant and how many callers it runs at once (its demand).
 type Tenant struct {
 	Name    string
 	Callers int
+	Job     time.Duration // how long each of its jobs holds its slot (0: the run's)
 }
 
 // Tally is one tenant's jobs on one process: when each held its slot, and
@@ -71,7 +88,7 @@ func (c Config) limits(tenant string) []keycap.Limit {
 // start plus a job length, for c.For. Callers start no job after the end;
 // the ones waiting then finish theirs.
 func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, start time.Time) (map[string]*Tally, error) {
-	end := start.Add(c.Job + c.For)
+	end := start.Add(c.warmup() + c.For)
 	time.Sleep(time.Until(start))
 	out := map[string]*Tally{}
 	var mu sync.Mutex
@@ -81,6 +98,10 @@ func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, sta
 		tally := &Tally{}
 		out[tn.Name] = tally
 		limits := c.limits(tn.Name)
+		job := c.Job
+		if tn.Job > 0 {
+			job = tn.Job
+		}
 		for range tn.Callers {
 			wg.Go(func() {
 				time.Sleep(rand.N(c.Job))
@@ -89,7 +110,9 @@ func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, sta
 					var ls *keycap.Lease
 					if len(limits) > 0 {
 						var err error
-						if ls, err = l.Acquire(ctx, limits...); err != nil {
+						if ls, err = l.Acquire(ctx, limits...); errors.Is(err, keycap.ErrLimitExceeded) {
+							continue // waited its whole wait: asks again, as a client would
+						} else if err != nil {
 							if ctx.Err() == nil {
 								select {
 								case errs <- fmt.Errorf("tenant %s: %w", tn.Name, err):
@@ -100,7 +123,7 @@ func Run(ctx context.Context, l *keycap.Limiter, c Config, tenants []Tenant, sta
 						}
 					}
 					t1 := time.Now()
-					time.Sleep(c.Job)
+					time.Sleep(job)
 					t2 := time.Now()
 					if ls != nil {
 						ls.Release()
@@ -147,12 +170,14 @@ type Row struct {
 	Share    float64 // of the slots held by every tenant
 	Fair     float64 // its demand-capped fair share
 	P50, P99 time.Duration
-	Jobs     int
+	Jobs     int // every job, the ones finished after the run included
+	Started  int // jobs that started during the run
 }
 
 // Report is a run's outcome.
 type Report struct {
 	Mode string
+	For  time.Duration // the run's length
 	Rows []Row
 	Jain float64 // over Share/Fair of every tenant: 1 is perfectly fair
 	Peak int     // the most slots held at once, every tenant together
@@ -160,7 +185,7 @@ type Report struct {
 
 // Analyse reports the run of tenants under c that started at start.
 func Analyse(c Config, tenants []Tenant, start time.Time, tallies map[string]*Tally) Report {
-	from, to := start.Add(c.Job).UnixNano(), start.Add(c.Job+c.For).UnixNano()
+	from, to := start.Add(c.warmup()).UnixNano(), start.Add(c.warmup()+c.For).UnixNano()
 	demands := make([]int, len(tenants))
 	for i, tn := range tenants {
 		demands[i] = tn.Callers
@@ -170,7 +195,7 @@ func Analyse(c Config, tenants []Tenant, start time.Time, tallies map[string]*Ta
 	for _, f := range fair {
 		fairSum += f
 	}
-	r := Report{Mode: c.Mode}
+	r := Report{Mode: c.Mode, For: c.For}
 	total := 0.0
 	var edges [][2]int64 // +1/-1 at each hold's start and end
 	for _, tn := range tenants {
@@ -181,6 +206,9 @@ func Analyse(c Config, tenants []Tenant, start time.Time, tallies map[string]*Ta
 			for _, h := range t.Holds {
 				if a, b := max(h[0], from), min(h[1], to); b > a {
 					held += b - a
+				}
+				if h[0] >= from && h[0] < to {
+					row.Started++
 				}
 				edges = append(edges, [2]int64{h[0], 1}, [2]int64{h[1], -1})
 			}
@@ -335,20 +363,144 @@ var (
 // Bench runs the workload under every mode, and the light tenants alone
 // with parents, with run (one process, or several), for 5 s of 50 ms jobs
 // each, and reports each as metrics and a table.
-func Bench(b *testing.B, run func(b *testing.B, mode string, tenants []Tenant, job, d time.Duration) Report) {
+func Bench(b *testing.B, run RunFunc) {
 	const job, d = 50 * time.Millisecond, 5 * time.Second
 	for _, mode := range []string{Parents, OneLine, KeysOnly, Unlimited, "alone"} {
 		b.Run(mode, func(b *testing.B) {
 			var r Report
 			for range b.N {
 				if mode == "alone" {
-					r = run(b, Parents, Alone, job, d)
+					r = run(b, Config{Mode: Parents, Total: 20, Job: job, For: d}, Alone)
 				} else {
-					r = run(b, mode, Workload, job, d)
+					r = run(b, Config{Mode: mode, Total: 20, Job: job, For: d}, Workload)
 				}
 			}
 			ReportMetrics(b, r, job)
 			b.Logf("\n%s", r)
 		})
 	}
+}
+
+// Many returns the many-tenant workload of n tenants: one flooding tenant
+// with 100 callers, and n tenants with one caller each.
+func Many(n int) []Tenant {
+	ts := make([]Tenant, 0, n+1)
+	ts = append(ts, Tenant{Name: "flood", Callers: 100})
+	for i := range n {
+		ts = append(ts, Tenant{Name: fmt.Sprintf("t%05d", i), Callers: 1})
+	}
+	return ts
+}
+
+// Grants returns the jobs started per second during the run.
+func (r Report) Grants() float64 {
+	n := 0
+	for _, row := range r.Rows {
+		n += row.Started
+	}
+	return float64(n) / r.For.Seconds()
+}
+
+// Served returns how many tenants started a job during the run.
+func (r Report) Served() int {
+	n := 0
+	for _, row := range r.Rows {
+		if row.Started > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Over returns tenant's share of the slots as a multiple of its fair share.
+func (r Report) Over(tenant string) float64 {
+	row, err := r.Row(tenant)
+	if err != nil || row.Fair == 0 {
+		return 0
+	}
+	return row.Share / row.Fair
+}
+
+// Summary renders r in one line: for runs with too many tenants to list.
+func (r Report) Summary(flood string) string {
+	return fmt.Sprintf("%-12s %6.0f grants/s  Jain %.3f  %s at %.2f× its fair share  %d of %d tenants served in %s  peak %d",
+		r.Mode+":", r.Grants(), r.Jain, flood, r.Over(flood), r.Served(), len(r.Rows), r.For, r.Peak)
+}
+
+// ManySizes are the many-tenant workload's sizes: tenants with one caller
+// each beside the flood.
+var ManySizes = []int{10, 200, 2000, 20000}
+
+// ManyFor is how long the many-tenant workload of n tenants is measured:
+// at least 5 s, and ten rounds of every tenant (a round is n+1 jobs of 20
+// ms on 20 slots): the flood's fair share is one job a round, which a
+// shorter run measures to a job or two. ManyWarmup is how long it runs
+// before: four rounds, at least a job. The start is a burst (every caller
+// asks within a job's length), and the keys served in it are charged for
+// its slow releases: a key charged 60 ms waits three rounds.
+func ManyFor(n int) time.Duration {
+	return max(5*time.Second, 10*time.Duration(n+1)*time.Millisecond)
+}
+
+// ManyWarmup: see ManyFor.
+func ManyWarmup(n int) time.Duration {
+	return max(20*time.Millisecond, 4*time.Duration(n+1)*time.Millisecond)
+}
+
+// BenchMany runs the many-tenant workload at each size (up to the largest
+// that limit allows: 0 for all) with parents and with one plain pool of
+// the same total, 20 ms jobs for ManyFor, and reports grants/s, Jain's
+// index, the flood's share over its fair share, and the parents' grants/s
+// as a fraction of the plain pool's. extra, when not nil, adds a run's
+// metrics of its own (the store's cost) before and after each run.
+func BenchMany(b *testing.B, limit int, run RunFunc,
+	extra func(b *testing.B, mode string, done bool)) {
+	const job = 20 * time.Millisecond
+	for _, n := range ManySizes {
+		if limit > 0 && n > limit {
+			continue
+		}
+		d, warm := ManyFor(n), ManyWarmup(n)
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			var plain, fair Report
+			for range b.N {
+				if extra != nil {
+					extra(b, "plain", false)
+				}
+				plain = run(b, Config{Mode: OneLine, Total: 20, Job: job, For: d, Warmup: warm}, Many(n))
+				if extra != nil {
+					extra(b, "plain", true)
+					extra(b, "parent", false)
+				}
+				fair = run(b, Config{Mode: Parents, Total: 20, Job: job, For: d, Warmup: warm}, Many(n))
+				if extra != nil {
+					extra(b, "parent", true)
+				}
+			}
+			b.ReportMetric(fair.Grants(), "grants/s")
+			b.ReportMetric(plain.Grants(), "plain-grants/s")
+			b.ReportMetric(fair.Grants()/plain.Grants(), "of-plain")
+			b.ReportMetric(fair.Jain, "jain")
+			b.ReportMetric(fair.Over("flood"), "flood-x-fair")
+			b.ReportMetric(float64(fair.Served())/float64(len(fair.Rows)), "served")
+			b.ReportMetric(0, "ns/op")
+			b.Logf("\n%s\n%s", fair.Summary("flood"), plain.Summary("flood"))
+		})
+	}
+}
+
+// Unequal is the workload of jobs of unequal length: two tenants that
+// always wait (20 callers each), one with 200 ms jobs and one with 10 ms
+// jobs, under a parent of 10. Fair in slot-time is 50 % each.
+var Unequal = []Tenant{{Name: "long", Callers: 20, Job: 200 * time.Millisecond}, {Name: "short", Callers: 20, Job: 10 * time.Millisecond}}
+
+// BenchUnequal runs the Unequal workload for 10 s with parents (a parent
+// of 10), and reports each tenant's share of the slot-time.
+func BenchUnequal(b *testing.B, run RunFunc) {
+	var r Report
+	for range b.N {
+		r = run(b, Config{Mode: Parents, Total: 10, Job: 10 * time.Millisecond, For: 10 * time.Second, Warmup: time.Second}, Unequal)
+	}
+	ReportMetrics(b, r, 10*time.Millisecond)
+	b.Logf("\n%s", r)
 }

@@ -11,14 +11,14 @@ import (
 	"github.com/keycap/keycap/memstore"
 )
 
-func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
+func run(t testing.TB, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report {
 	l, err := keycap.NewLimiter(memstore.New())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	c := fairtest.Config{Mode: mode, Name: fmt.Sprintf("fair:%d", time.Now().UnixNano()), Total: 20, Job: job, For: d}
-	ctx, cancel := context.WithTimeout(context.Background(), d+15*time.Second) // a run that stalls fails in seconds
+	c.Name = fmt.Sprintf("fair:%d", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), c.Warmup+c.Job+c.For+15*time.Second) // a run that stalls fails in seconds
 	defer cancel()
 	start := time.Now().Add(10 * time.Millisecond)
 	tallies, err := fairtest.Run(ctx, l, c, ts, start)
@@ -34,8 +34,8 @@ func run(t testing.TB, mode string, ts []fairtest.Tenant, job, d time.Duration) 
 // flood, which the same measures see.
 func TestParentsShareFairly(t *testing.T) {
 	const job = 50 * time.Millisecond
-	fair := run(t, fairtest.Parents, fairtest.Workload, job, 2*time.Second)
-	fifo := run(t, fairtest.OneLine, fairtest.Workload, job, 2*time.Second)
+	fair := run(t, fairtest.Config{Mode: fairtest.Parents, Total: 20, Job: job, For: 2 * time.Second}, fairtest.Workload)
+	fifo := run(t, fairtest.Config{Mode: fairtest.OneLine, Total: 20, Job: job, For: 2 * time.Second}, fairtest.Workload)
 	t.Logf("\n%s%s", fair, fifo)
 	fairtest.Check(t, fair, 20, job, "flood", "light-a", "light-b")
 	if fifo.Peak > 20 {
@@ -50,7 +50,18 @@ func TestParentsShareFairly(t *testing.T) {
 // tenants' p99 wait, on memstore (one process; redisstore's runs the same
 // over several processes).
 func BenchmarkFairness(b *testing.B) {
-	fairtest.Bench(b, func(b *testing.B, mode string, ts []fairtest.Tenant, job, d time.Duration) fairtest.Report {
-		return run(b, mode, ts, job, d)
-	})
+	fairtest.Bench(b, func(b *testing.B, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report { return run(b, c, ts) })
+}
+
+// BenchmarkManyTenants: a parent of 20 shared by one flooding tenant and
+// 10 to 20,000 tenants of one caller each, against one plain pool of 20,
+// on memstore.
+func BenchmarkManyTenants(b *testing.B) {
+	fairtest.BenchMany(b, 0, func(b *testing.B, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report { return run(b, c, ts) }, nil)
+}
+
+// BenchmarkUnequalJobs: jobs of 200 ms and of 10 ms under a parent of 10,
+// on memstore: each tenant's share of the slot-time.
+func BenchmarkUnequalJobs(b *testing.B) {
+	fairtest.BenchUnequal(b, func(b *testing.B, c fairtest.Config, ts []fairtest.Tenant) fairtest.Report { return run(b, c, ts) })
 }
