@@ -24,7 +24,10 @@ const (
 
 // handoffClaim is how long a slot handed to a waiting Acquire stays
 // reserved for it before it passes to the next ticket: a waiter is woken at
-// once by a notification, and by its next poll (linePoll) when one was lost.
+// once by a notification. When one is lost, the slot passes on after the
+// claim, and the waiter, whose ticket went with the handoff, queues again at
+// its next poll (within maxLinePoll). A store's reconnection, the way
+// notifications are lost, wakes every waiter (store.Store.Notify).
 const handoffClaim = 1500 * time.Millisecond
 
 // lineLinger is how long a Limiter keeps its store subscription to a pool
@@ -128,7 +131,9 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			return nil, ctx.Err()
 		case <-wake:
 		case <-timer.C:
-			poll = min(2*poll, maxLinePoll)
+			if notified {
+				poll = min(2*poll, maxLinePoll)
+			}
 		}
 		now = l.now()
 	}

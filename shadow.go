@@ -95,7 +95,7 @@ func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
 			l.refused(ctx, &s.limit, 0)
 		case o == held:
 			s.held, took = true, true
-			s.renewAt, s.deadline = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL
+			s.renewAt, s.deadline, s.since = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL, l.now()
 		}
 	}
 	if !took {

@@ -229,13 +229,13 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 		}
 		switch o {
 		case held:
+			if !s.held && s.limit.spec.Parent != nil {
+				s.since = l.now() // its use starts now, not when it was asked for
+			}
 			s.held = true
 			// Counted from before the store call: the lease lives at least
 			// this long in the store.
 			s.renewAt, s.deadline = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL
-			if s.limit.spec.Parent != nil {
-				s.since = l.now() // its use starts now, not when it was asked for
-			}
 		case skipped:
 			s.held = false // runs unguarded for this limit
 		case refused:
@@ -394,7 +394,7 @@ func (l *Limiter) releaseSlot(owner store.Owner, s *slot) {
 		return
 	}
 	var held time.Duration
-	if s.limit.spec.Parent != nil {
+	if s.limit.spec.Parent != nil && s.since > 0 {
 		held = max(l.now()-s.since, 1) // the slot-time its key is charged
 	}
 	if err := l.release(context.Background(), &s.limit, owner, false, held); err != nil {

@@ -23,12 +23,18 @@ type parent struct {
 	vnow  float64               // virtual time: the slot-time of the last key served
 }
 
+// forgetAfter is how long a key that holds nothing and waits for nothing
+// keeps its account (store.Shares): a key that comes back after that starts
+// from the parent's time, and keys that never come back cost nothing.
+const forgetAfter = 10 * time.Second
+
 // kid is one key's pool in a parent.
 type kid struct {
 	pool
 	share, min int
-	vt         float64 // virtual time: slot-time received per share, in ms
-	at         int     // index in the parent's queue, -1 when out
+	vt         float64       // virtual time: slot-time received per share, in ms
+	at         int           // index in the parent's queue, -1 when out
+	idle       time.Duration // since when it holds nothing and waits for nothing; 0: not idle
 	// starts holds when each lease began, for its slot-time when its
 	// release does not say it (store.Demand.Held). Beside the leases, not
 	// in them: a plain pool's leases stay small.
@@ -121,6 +127,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (pa *parent) grant(k *kid, owner store.Owner, w int, now, expires time.Duration) {
 	k.add(lease{owner: owner, expires: expires, weight: w})
 	k.started(owner, now)
+	k.idle = 0
 	pa.held += w
 	pa.next = min(pa.next, expires)
 	k.vt = max(k.vt, pa.vnow)
@@ -203,6 +210,7 @@ func (pa *parent) take(d demand, k *kid, t *store.Ticket, now time.Duration) (bo
 	if len(k.line) == 0 && k.takeKept(w) {
 		k.add(lease{owner: d.Owner, expires: now + d.TTL, weight: w})
 		k.started(d.Owner, now)
+		k.idle = 0
 		pa.next = min(pa.next, now+d.TTL)
 		return true, 0
 	}
@@ -225,6 +233,7 @@ func (pa *parent) take(d demand, k *kid, t *store.Ticket, now time.Duration) (bo
 	}
 	if len(k.line) == 0 {
 		k.vt = max(k.vt, pa.vnow) // no credit banked while it did not wait
+		k.idle = 0
 	}
 	pa.seq++
 	k.line = append(k.line, ticket{owner: d.Owner, expires: now + t.TTL, claim: t.Claim, weight: w, seq: pa.seq})
@@ -345,8 +354,13 @@ func (pa *parent) expire(now time.Duration) {
 		for _, l := range k.leases {
 			next = min(next, l.expires)
 		}
-		if len(k.leases) == 0 && len(k.line) == 0 && k.vt <= pa.vnow {
-			delete(pa.kids, id) // nothing held, waited for or owed
+		if len(k.leases) == 0 && len(k.line) == 0 {
+			if k.idle == 0 {
+				k.idle = now
+			}
+			if k.vt <= pa.vnow || now-k.idle >= forgetAfter {
+				delete(pa.kids, id) // nothing held, waited for, or owed lately
+			}
 		}
 	}
 	pa.next = next
@@ -409,6 +423,8 @@ func (s *Store) releaseShared(d demand, dequeue bool) bool {
 			}
 			if k.at >= 0 || len(k.line) > 0 {
 				pa.place(k, now)
+			} else if len(k.leases) == 0 && k.idle == 0 {
+				k.idle = now
 			}
 		}
 		if len(pa.queue) > 0 {

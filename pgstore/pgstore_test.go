@@ -278,3 +278,55 @@ func TestDocsListThisStore(t *testing.T) {
 	}
 	storedoc.Check(t, "pgstore", s)
 }
+
+// TestIdleAccountsAreSwept: a parent's key that holds nothing and waits for
+// nothing keeps its account while it is ahead of the parent's time, marked
+// idle; sweep_accounts drops it once idle for 10 s, so one-off keys leave
+// nothing behind.
+func TestIdleAccountsAreSwept(t *testing.T) {
+	t.Parallel()
+	pool, schema := migrated(t)
+	ctx := context.Background()
+	s := newStore(t, schema)
+	parent := store.PoolOf(0, "forget", "")
+	shared := &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent, Max: 10, Share: 1}}
+	holder := store.Demand{Max: 1, TTL: time.Hour, Shared: shared}
+	if g, err := s.Acquire(ctx, store.PoolOf(0, "forget-key", "holder"), store.NewOwner(), holder); err != nil || !g.Granted {
+		t.Fatalf("holder: %v %v", g, err)
+	}
+	const n = 10
+	for i := range n {
+		p, o := store.PoolOf(0, "forget-key", fmt.Sprint(i)), store.NewOwner()
+		d := store.Demand{Max: 1, TTL: time.Minute, Shared: shared}
+		if g, err := s.Acquire(ctx, p, o, d); err != nil || !g.Granted {
+			t.Fatalf("key %d: %v %v", i, g, err)
+		}
+		d.Held = 5 * time.Millisecond // ahead of the parent's time: the account stays
+		if _, err := s.Release(ctx, p, o, d, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := func() int {
+		t.Helper()
+		var c int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.keycap_account WHERE idle_at IS NOT NULL`).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if got := idle(); got != n {
+		t.Fatalf("%d idle accounts after the releases, want %d", got, n)
+	}
+	if _, err := pool.Exec(ctx, `SELECT `+schema+`.keycap_sweep_accounts(now())`); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle(); got != n {
+		t.Fatalf("%d idle accounts after a sweep at once, want %d: none idle 10 s yet", got, n)
+	}
+	if _, err := pool.Exec(ctx, `SELECT `+schema+`.keycap_sweep_accounts(now() + interval '11 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle(); got != 0 {
+		t.Fatalf("%d idle accounts after a sweep 11 s on, want 0", got)
+	}
+}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestScriptsKeepKeysAlive(t *testing.T) {
 			// a key's line as long as their longest ticket (and its claim).
 			share := script(shareLua)
 			sp := p + "share:"
-			skeys := []string{sp + "{p}l", sp + "{p}m", sp + "{p}w", sp + "{p}q", sp + "{p}qmin", sp + "{p}a"}
+			skeys := []string{sp + "{p}l", sp + "{p}m", sp + "{p}w", sp + "{p}q", sp + "{p}qmin", sp + "{p}a", sp + "{p}i"}
 			lines := sp + "{p}line:"
 			kidA, kidB := strings.Repeat("a", 32), strings.Repeat("b", 32)
 			take := func(kid, owner string, ttlMs, tttlMs int) {
@@ -147,5 +148,62 @@ func TestSyncFindsEveryGhost(t *testing.T) {
 	}
 	if s, _ := c.ZScore(ctx, key, live).Result(); int64(s) < now+59_000 {
 		t.Fatalf("live member scored %v, not renewed to a minute from now", int64(s)-now)
+	}
+}
+
+// TestShareForgetsIdleKeys: share.lua keeps the account of a key that
+// holds nothing and waits for nothing while it is ahead of the parent's
+// time, and drops it once it has been idle for forget (10 s), two per
+// call: one-off keys leave nothing behind.
+func TestShareForgetsIdleKeys(t *testing.T) {
+	c := testenv.Redis(t)
+	ctx := context.Background()
+	share := redis.NewScript(shareLua)
+	sp := testenv.Prefix(t, c) + "share:"
+	keys := []string{sp + "{p}l", sp + "{p}m", sp + "{p}w", sp + "{p}q", sp + "{p}qmin", sp + "{p}a", sp + "{p}i"}
+	lines := sp + "{p}line:"
+	run := func(args ...any) {
+		t.Helper()
+		if err := share.Run(ctx, c, keys, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kid := func(i int) string { return fmt.Sprintf("%032x", i) }
+	owner := func(i int) string { return fmt.Sprintf("%016d", i) }
+	run("take", lines, sp+"wake", kid(999), owner(999), 1, 1, 3_600_000, 10, 1, 0, 0, 1_500) // keeps the parent busy
+	const n = 10
+	for i := range n {
+		run("take", lines, sp+"wake", kid(i), owner(i), 1, 1, 60_000, 10, 1, 0, 0, 1_500)
+		run("give", lines, sp+"wake", kid(i), owner(i), 1, 0, 0, 1, 0, "5.000") // used 5 ms: ahead of the parent
+	}
+	accounts := func() int {
+		t.Helper()
+		got := 0
+		for i := range n {
+			if ok, err := c.HExists(ctx, keys[5], "v"+kid(i)).Result(); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				got++
+			}
+		}
+		return got
+	}
+	if got := accounts(); got != n {
+		t.Fatalf("%d of %d keys keep an account after their release, want all: they are ahead of the parent", got, n)
+	}
+	run("take", lines, sp+"wake", kid(998), owner(998), 1, 1, 60_000, 10, 1, 0, 0, 1_500)
+	if got := accounts(); got != n {
+		t.Fatalf("%d of %d accounts left after a call, want all: none has been idle 10 s", got, n)
+	}
+	for i := range n { // as if each had been idle for a minute
+		if err := c.ZAdd(ctx, keys[6], redis.Z{Score: 0, Member: kid(i)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n / 2 { // two per call
+		run("take", lines, sp+"wake", kid(900+i), owner(900+i), 1, 1, 60_000, 10, 1, 0, 0, 1_500)
+	}
+	if got := accounts(); got != 0 {
+		t.Fatalf("%d accounts left after %d calls, want none: each call forgets two idle keys", got, n/2)
 	}
 }

@@ -15,7 +15,7 @@ func (s *Store) shareNames(parent store.PoolID) (keys []string, lines, channel s
 	h := parent.String()
 	p := s.prefix + "keycap:"
 	return []string{p + "share:{" + h + "}", p + "shmeta:{" + h + "}", p + "shwait:{" + h + "}",
-		p + "shq:{" + h + "}", p + "shqmin:{" + h + "}", p + "shacct:{" + h + "}"}, p + "shline:{" + h + "}:", p + "wake:{" + h + "}"
+		p + "shq:{" + h + "}", p + "shqmin:{" + h + "}", p + "shacct:{" + h + "}", p + "shidle:{" + h + "}"}, p + "shline:{" + h + "}:", p + "wake:{" + h + "}"
 }
 
 // held is a lease's use in ms for share.lua: fractions kept, 0 for none

@@ -13,15 +13,18 @@
 --          their minimum, in the order they are served (store.Shares): a
 --          sorted set scored by the slots the key holds for its share, of
 --          members vt .. seq .. kid, vt the slot-time the key received for
---          its share (µs, 14 hex digits) and seq its head ticket's arrival
+--          its share (µs, 16 hex digits) and seq its head ticket's arrival
 --          (16 hex digits), so that a tie goes to the least served, then
---          to the oldest head
+--          to the oldest head; the kid is the member's last 32 characters
 -- KEYS[5]  the same for the keys below their minimum, scored by the slots
 --          they hold for their minimum: read before KEYS[4]
 -- KEYS[6]  the keys' accounts: a hash of "v" .. kid -> virtual time (ms of
 --          slot-time per share), "q" .. kid -> its member in KEYS[4] or
 --          KEYS[5], "s" .. kid .. owner -> when a lease began (ms) and "V"
 --          -> the parent's virtual time (the key's served last, when it was)
+-- KEYS[7]  the keys that hold nothing and wait for nothing but keep an
+--          account (they are ahead of the parent's time): a sorted set of
+--          kid -> since when (ms). An account idle for forget ms is dropped.
 -- A key's line is the sorted set ARGV[2] .. kid of owner -> arrival, and its
 -- tickets the hash ARGV[2] .. kid .. ':t' of owner -> "expiry:claim:weight"
 -- and "c" -> the key's "max:share:min"; the two expire with the line's last
@@ -47,7 +50,8 @@
 --
 -- Slots kept for a key (keycap.WithKeep) are a lease of the zero owner
 -- (keycap.KeptFor), which the key's next caller takes over.
-local leases, meta, waiting, fairq, minq, acct = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local leases, meta, waiting, fairq, minq, acct, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local forget = 10000 -- ms: how long an idle key's account is kept
 local op, lines, channel, kid, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local w = tonumber(ARGV[6])
 local kept = string.rep('\0', 16)
@@ -164,6 +168,9 @@ local function expire(now)
     count(c, -n)
     if redis.call('EXISTS', lines .. c) == 1 then
       place(c, now)
+    elseif held(c) == 0 and redis.call('HEXISTS', acct, 'v' .. c) == 1 then
+      redis.call('ZADD', idle, now, c) -- idle now: its account is forgotten in time
+      keep(idle, forget + 1000)
     end
   end
 end
@@ -321,7 +328,7 @@ place = function(c, now)
   end
   local max, share, min = config(c)
   local h = held(c)
-  local m = string.format('%014x%016x', micros(vt(c)), seq) .. c
+  local m = string.format('%016x%016x', micros(vt(c)), seq) .. c
   local old = redis.call('HGET', acct, 'q' .. c)
   if old and old ~= m then
     redis.call('ZREM', fairq, old)
@@ -356,7 +363,7 @@ local function top(q)
   if #r == 0 then
     return nil
   end
-  return string.sub(r[1], 31)
+  return string.sub(r[1], -32)
 end
 
 -- best returns the waiting key the next free slot goes to, the head of
@@ -389,6 +396,18 @@ local function grantFair(c, o, n, exp, now, v)
   grant(c, o, n, exp)
   V0 = math.max(v, vnow())
   redis.call('HSET', acct, 's' .. c .. o, now, 'V', num(V0), 'v' .. c, num(V0))
+  redis.call('ZREM', idle, c)
+end
+
+-- forgetIdle drops the accounts of up to two keys idle for forget ms: a
+-- key that comes back after that starts from the parent's time, and keys
+-- that never come back cost nothing.
+local function forgetIdle(now)
+  local gone = redis.call('ZRANGEBYSCORE', idle, '-inf', now - forget, 'LIMIT', 0, 2)
+  for _, c in ipairs(gone) do
+    redis.call('HDEL', acct, 'v' .. c)
+    redis.call('ZREM', idle, c)
+  end
 end
 
 -- settle charges key c of share the slot-time of o's lease of n slots,
@@ -408,10 +427,15 @@ local function settle(c, o, n, now, share, d)
     d = math.max(now - tonumber(s), 0)
   end
   local v = math.min(vt(c), vnow()) + n * d / share
-  if held(c) == 0 and redis.call('EXISTS', lines .. c) == 0 and v <= vnow() then
+  local isIdle = held(c) == 0 and redis.call('EXISTS', lines .. c) == 0
+  if isIdle and v <= vnow() then
     redis.call('HDEL', acct, 'v' .. c)
-  else
-    redis.call('HSET', acct, 'v' .. c, num(v))
+    return
+  end
+  redis.call('HSET', acct, 'v' .. c, num(v))
+  if isIdle then
+    redis.call('ZADD', idle, now, c)
+    keep(idle, forget + 1000)
   end
 end
 
@@ -462,6 +486,7 @@ if op == 'take' then
   local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   local now = clock()
   expire(now)
+  forgetIdle(now)
   fill(pmax, now)
   local line = lines .. kid
   if redis.call('ZSCORE', leases, kid .. owner) then
@@ -506,6 +531,7 @@ if op == 'take' then
   if fresh then
     if not lined then
       redis.call('HSET', acct, 'v' .. kid, num(math.max(vt(kid), vnow())))
+      redis.call('ZREM', idle, kid)
     end
     redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
   end
@@ -560,7 +586,10 @@ if op == 'give' then
     end
     if redis.call('EXISTS', lines .. kid) == 1 then
       place(kid, now)
+    else
+      unqueue(kid) -- its line expired meanwhile: its member goes
     end
+    forgetIdle(now)
     fill(tonumber(redis.call('HGET', meta, 'max')), now)
   end
   return {freed, isKept}

@@ -186,8 +186,10 @@ const (
 	// earliest, and a release never leaves a key more than that lease
 	// ahead of it. So a key banks no credit while idle or while it held
 	// more than others, and repays no slots it borrowed while nobody else
-	// waited. A fresh caller is granted only before every waiting key
-	// (a tie goes to the waiter).
+	// waited. A key that holds nothing and waits for nothing keeps its
+	// virtual time for 10 s at most, then starts again from the parent's:
+	// keys that never come back cost nothing. A fresh caller is granted
+	// only before every waiting key (a tie goes to the waiter).
 	Shares
 	// Pinned: Demand.Pinned holds a slot with no expiry, for a holder that
 	// cannot die without the store (the store lives in its process).
