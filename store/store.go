@@ -180,11 +180,10 @@ const (
 	// time); then the oldest head ticket. A key's virtual time grows, when
 	// one of its leases is released, by the lease's slot-time (weight ×
 	// Demand.Held, or the time the store saw it held, in ms) ÷ its share;
-	// a lease that lapses is not charged. A
-	// key served is brought up to the parent's virtual time, which then
-	// moves to the key's; a key that starts to wait starts from it at the
-	// earliest, and a release never leaves a key more than that lease
-	// ahead of it. So a key banks no credit while idle or while it held
+	// a lease that lapses is not charged. A key served is brought up to the
+	// parent's virtual time, which then moves to the key's; a key that
+	// starts to wait starts from it at the earliest, and a release never
+	// leaves a key more than that lease ahead of it. So a key banks no credit while idle or while it held
 	// more than others, and repays no slots it borrowed while nobody else
 	// waited. A key that holds nothing and waits for nothing keeps its
 	// virtual time for 10 s at most, then starts again from the parent's:
