@@ -328,19 +328,15 @@ place = function(c, now)
   end
   local max, share, min = config(c)
   local h = held(c)
+  if h + n > max then -- waits for its own slots
+    unqueue(c)
+    return
+  end
   local m = string.format('%016x%016x', micros(vt(c)), seq) .. c
   local old = redis.call('HGET', acct, 'q' .. c)
   if old and old ~= m then
     redis.call('ZREM', fairq, old)
     redis.call('ZREM', minq, old)
-  end
-  if h + n > max then -- waits for its own slots
-    if old then
-      redis.call('ZREM', fairq, m)
-      redis.call('ZREM', minq, m)
-      redis.call('HDEL', acct, 'q' .. c)
-    end
-    return
   end
   local below, x = rank(h, share, min)
   local q, other = fairq, minq
