@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -303,6 +304,20 @@ func scriptUsec(b *testing.B, c redis.UniversalClient) (usec, calls float64) {
 	return field("usec"), field("calls")
 }
 
+// commandUsec returns the time Redis spent in the named commands so far, in
+// µs (INFO commandstats).
+func commandUsec(b *testing.B, c redis.UniversalClient, names ...string) float64 {
+	return sumInfo(b, c, "commandstats", func(line string) (string, bool) {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !slices.Contains(names, strings.TrimPrefix(name, "cmdstat_")) {
+			return "", false
+		}
+		_, rest, ok = strings.Cut(rest, "usec=")
+		v, _, _ := strings.Cut(rest, ",")
+		return v, ok
+	})
+}
+
 // serverCPU returns the CPU time the Redis process has used so far, in ms:
 // used_cpu_sys + used_cpu_user of INFO cpu (its commands, scripts and
 // network I/O, counted once each).
@@ -359,4 +374,129 @@ func infoSum(ctx context.Context, c redis.Cmdable, section string, value func(li
 		total += n
 	}
 	return total, nil
+}
+
+// semaphoreAcquire is the counting semaphore of asynq's x/rate package, as
+// the peer plain decisions are measured against: its acquire is one script of
+// three commands (drop the expired members, count, add), the expiry and the
+// time given by the client; its release is a ZREM. (The package itself
+// cannot be built with asynq 0.26: its last release needs go-redis v8.)
+var semaphoreAcquire = redis.NewScript(`redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - 1)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+  return 'true'
+end
+return 'false'`)
+
+// BenchmarkPlainDecision measures the Redis server time of one plain
+// decision (INFO commandstats' usec over the calls of one kind, phase by
+// phase) for the store and for asynq's semaphore in alternating rounds of
+// one run: a grant, on pools of max 1 and 10 filled to the max; a refusal,
+// on the full pools; a release. Server time is what caps the decisions one
+// Redis core can make.
+func BenchmarkPlainDecision(b *testing.B) {
+	const pools = 200
+	for _, max := range []int{1, 10} {
+		b.Run(fmt.Sprintf("max=%d", max), func(b *testing.B) {
+			c := testenv.Redis(b)
+			prefix := testenv.Prefix(b, c)
+			s := newStore(b, c, prefix)
+			ctx := context.Background()
+			ttl := time.Minute
+			type phase struct {
+				name string
+				run  func(p, i int) error
+			}
+			owners := make([][]store.Owner, pools)
+			ids := make([]store.PoolID, pools)
+			for p := range owners {
+				owners[p] = make([]store.Owner, max)
+				ids[p] = store.PoolOf(0, "decision", strconv.Itoa(p))
+			}
+			semKey := func(p int) string { return prefix + "sema:" + strconv.Itoa(p) }
+			keycapPhases := []phase{
+				{"grant", func(p, i int) error {
+					owners[p][i] = store.NewOwner()
+					g, err := s.Acquire(ctx, ids[p], owners[p][i], store.Demand{Max: max, TTL: ttl})
+					if err == nil && !g.Granted {
+						err = fmt.Errorf("refused")
+					}
+					return err
+				}},
+				{"refusal", func(p, i int) error {
+					g, err := s.Acquire(ctx, ids[p], store.NewOwner(), store.Demand{Max: max, TTL: ttl})
+					if err == nil && g.Granted {
+						err = fmt.Errorf("granted over the max")
+					}
+					return err
+				}},
+				{"release", func(p, i int) error {
+					_, err := s.Release(ctx, ids[p], owners[p][i], store.Demand{}, false)
+					return err
+				}},
+			}
+			semaphorePhases := []phase{
+				{"grant", func(p, i int) error {
+					owners[p][i] = store.NewOwner()
+					now := time.Now()
+					ok, err := semaphoreAcquire.Run(ctx, c, []string{semKey(p)}, max, now.Unix(), now.Add(ttl).Unix(), owners[p][i].String()).Bool()
+					if err == nil && !ok {
+						err = fmt.Errorf("refused")
+					}
+					return err
+				}},
+				{"refusal", func(p, i int) error {
+					now := time.Now()
+					ok, err := semaphoreAcquire.Run(ctx, c, []string{semKey(p)}, max, now.Unix(), now.Add(ttl).Unix(), store.NewOwner().String()).Bool()
+					if err == nil && ok {
+						err = fmt.Errorf("granted over the max")
+					}
+					return err
+				}},
+				{"release", func(p, i int) error {
+					return c.ZRem(ctx, semKey(p), owners[p][i].String()).Err()
+				}},
+			}
+			sides := []struct {
+				name   string
+				phases []phase
+			}{{"keycap", keycapPhases}, {"semaphore", semaphorePhases}}
+			usec := make(map[string]float64)
+			calls := make(map[string]int)
+			// A phase counts its own top-level commands only: a script's
+			// usec includes the commands it runs, which count again under
+			// their own names.
+			counted := map[string][]string{"grant": {"evalsha"}, "refusal": {"evalsha"}, "release": {"evalsha", "zrem", "exists"}}
+			round := func(measure bool) {
+				for _, side := range sides {
+					for _, ph := range side.phases {
+						before := commandUsec(b, c, counted[ph.name]...)
+						for p := range pools {
+							for i := range max {
+								if err := ph.run(p, i); err != nil {
+									b.Fatalf("%s %s: %v", side.name, ph.name, err)
+								}
+							}
+						}
+						if measure {
+							usec[side.name+"-"+ph.name] += commandUsec(b, c, counted[ph.name]...) - before
+							calls[side.name+"-"+ph.name] += pools * max
+						}
+					}
+				}
+			}
+			round(false) // load the scripts, warm the connections
+			b.ResetTimer()
+			for done := 0; done < b.N; done += pools * max {
+				round(true)
+			}
+			b.StopTimer()
+			for name, u := range usec {
+				b.ReportMetric(u/float64(calls[name]), name+"-µs")
+			}
+			for _, ph := range []string{"grant", "refusal", "release"} {
+				b.ReportMetric(usec["keycap-"+ph]/usec["semaphore-"+ph], ph+"-ratio")
+			}
+		})
+	}
 }
