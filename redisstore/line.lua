@@ -101,23 +101,37 @@ local function fill(max, now, channel)
   end
 end
 
--- take is acquire.lua's and queue.lua's grant: it drops the expired leases,
--- hands the freed slots to the line, then grants owner a lease of weight w
--- expiring ttl from now if it holds one already (a slot handed to its ticket
--- included) or the pool has room for w and nobody waits, and keeps the key
--- alive as long. The common case is tried first, a pool with room: ZADD's
--- reply tells a new lease (1) from one the owner holds (0), so that needs no
--- ZSCORE. It returns whether it granted, whether anyone waits, and now.
+-- take is acquire.lua's and queue.lua's grant. It grants owner a lease of
+-- weight w expiring ttl from now if it holds one already (a slot handed to
+-- its ticket included) or the pool has room for w and nobody waits, and
+-- keeps the key alive as long; the line's free slots are handed on first.
+-- It does only what the decision needs: the expired leases are dropped only
+-- when the pool has no room without them, and the line is looked at only
+-- when there is room for someone (a line behind a full pool is served by
+-- the releases and expiries that make room). ZADD's reply tells a new lease
+-- (1) from one the owner holds (0), so a grant needs no ZSCORE. It returns
+-- whether it granted, whether anyone waits (nil: not looked at, the pool
+-- being full), and now.
 local function take(owner, w, max, ttl, channel)
   local now = clock()
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-  local waiting = redis.call('EXISTS', line) == 1
-  if waiting then
-    fill(max, now, channel)
-    waiting = redis.call('EXISTS', line) == 1
+  local n = redis.call('ZCARD', slots)
+  local reaped = n + w > max
+  if reaped then
+    n = n - redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
   end
-  local n = not waiting and redis.call('ZCARD', slots)
-  if n and n + w <= max then
+  local waiting
+  if n < max then
+    waiting = redis.call('EXISTS', line) == 1
+    if waiting then
+      if not reaped then
+        redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+      end
+      fill(max, now, channel)
+      waiting = redis.call('EXISTS', line) == 1
+      n = redis.call('ZCARD', slots)
+    end
+  end
+  if not waiting and n + w <= max then
     lease(owner, w, now + ttl, redis.call('ZADD', slots, now + ttl, owner) == 0, true)
   elseif redis.call('ZSCORE', slots, owner) then
     lease(owner, w, now + ttl, true)

@@ -17,6 +17,9 @@ local max, ttl, tttl, claim = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARG
 local w = tonumber(ARGV[7]) or 1
 
 local granted, waiting, now = take(owner, w, max, ttl, ARGV[6])
+if waiting == nil then
+  waiting = redis.call('EXISTS', line) == 1
+end
 if granted then
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)
