@@ -30,7 +30,7 @@ import (
 // op is one call's commands, run in order in one pipeline.
 type op struct {
 	cmds   []redis.Cmder
-	script bool // cmds[0] is an EVALSHA: reloaded and retried on NOSCRIPT
+	script bool // cmds[0] runs a script or a function: loaded and retried when Redis lacks it (missing)
 
 	ctx      context.Context // the caller's, nil for an async op: an op whose caller left is not sent
 	deadline time.Time       // an async op's: not sent after it
@@ -292,7 +292,7 @@ func (q *queue) exec(ctx context.Context, pipe redis.Pipeliner, ops []*op) {
 	_, _ = pipe.Exec(ctx)
 	var again []*op
 	for _, o := range ops {
-		if err := o.cmds[0].Err(); err != nil && o.script && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if o.script && q.s.missing(o.cmds[0]) {
 			again = append(again, o)
 			continue
 		}
@@ -301,8 +301,8 @@ func (q *queue) exec(ctx context.Context, pipe redis.Pipeliner, ops []*op) {
 	if len(again) == 0 {
 		return
 	}
-	// Redis lost its scripts (a restart, SCRIPT FLUSH): load them, and try
-	// the ops that met it once more.
+	// Redis lost its scripts (a restart, SCRIPT FLUSH, FUNCTION FLUSH) or
+	// never had them: load them, and try the ops that met it once more.
 	if err := q.s.loadScripts(ctx); err != nil {
 		for _, o := range again {
 			o.cmds[0].SetErr(errors.Join(o.cmds[0].Err(), err))
@@ -311,6 +311,7 @@ func (q *queue) exec(ctx context.Context, pipe redis.Pipeliner, ops []*op) {
 		return
 	}
 	for _, o := range again {
+		q.s.fit(o.cmds[0])
 		for _, c := range o.cmds {
 			c.SetErr(nil)
 		}
@@ -324,23 +325,9 @@ func (q *queue) exec(ctx context.Context, pipe redis.Pipeliner, ops []*op) {
 
 func noCancel() {}
 
-// evalsha returns the command that runs script on keys with args, ready for
-// a pipeline.
-func evalsha(script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", script.Hash(), len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	cmd := redis.NewCmd(context.Background(), a...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
 // do runs cmds, in order, in the next pipeline to pool's node, and waits
-// for their replies or for ctx to end. script says that cmds[0] is an
-// evalsha.
+// for their replies or for ctx to end. script says that cmds[0] runs a
+// script or a function (Store.script).
 func (s *Store) do(ctx context.Context, pool store.PoolID, script bool, cmds ...redis.Cmder) error {
 	return s.run(ctx, pool, &op{cmds: cmds, script: script})
 }

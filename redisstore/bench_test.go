@@ -288,12 +288,13 @@ func serverUsec(b *testing.B, c redis.UniversalClient) float64 {
 	})
 }
 
-// scriptUsec returns the time Redis spent in EVALSHA so far, in µs, and the
-// calls: a script's usec counts the commands it runs.
+// scriptUsec returns the time Redis spent in scripts and functions (EVALSHA
+// and FCALL) so far, in µs, and the calls: a script's usec counts the
+// commands it runs.
 func scriptUsec(b *testing.B, c redis.UniversalClient) (usec, calls float64) {
 	field := func(name string) float64 {
 		return sumInfo(b, c, "commandstats", func(line string) (string, bool) {
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
 				return "", false
 			}
 			_, rest, ok := strings.Cut(line, name+"=")
@@ -390,8 +391,9 @@ return 'false'`)
 
 // BenchmarkPlainDecision measures the Redis server time of one plain
 // decision (INFO commandstats' usec over the calls of one kind, phase by
-// phase) for the store and for asynq's semaphore in alternating rounds of
-// one run: a grant, on pools of max 1 and 10 filled to the max; a refusal,
+// phase) for the store (keycap: its functions; scripts: the same code as
+// scripts, as on Redis before 7) and for asynq's semaphore in alternating
+// rounds of one run: a grant, on pools of max 1 and 10 filled to the max; a refusal,
 // on the full pools; a release. Server time is what caps the decisions one
 // Redis core can make.
 func BenchmarkPlainDecision(b *testing.B) {
@@ -401,6 +403,8 @@ func BenchmarkPlainDecision(b *testing.B) {
 			c := testenv.Redis(b)
 			prefix := testenv.Prefix(b, c)
 			s := newStore(b, c, prefix)
+			scripts := newStore(b, c, prefix+"scripts:") // as on Redis before 7
+			scripts.UseScripts()
 			ctx := context.Background()
 			ttl := time.Minute
 			type phase struct {
@@ -414,26 +418,28 @@ func BenchmarkPlainDecision(b *testing.B) {
 				ids[p] = store.PoolOf(0, "decision", strconv.Itoa(p))
 			}
 			semKey := func(p int) string { return prefix + "sema:" + strconv.Itoa(p) }
-			keycapPhases := []phase{
-				{"grant", func(p, i int) error {
-					owners[p][i] = store.NewOwner()
-					g, err := s.Acquire(ctx, ids[p], owners[p][i], store.Demand{Max: max, TTL: ttl})
-					if err == nil && !g.Granted {
-						err = fmt.Errorf("refused")
-					}
-					return err
-				}},
-				{"refusal", func(p, i int) error {
-					g, err := s.Acquire(ctx, ids[p], store.NewOwner(), store.Demand{Max: max, TTL: ttl})
-					if err == nil && g.Granted {
-						err = fmt.Errorf("granted over the max")
-					}
-					return err
-				}},
-				{"release", func(p, i int) error {
-					_, err := s.Release(ctx, ids[p], owners[p][i], store.Demand{}, false)
-					return err
-				}},
+			storePhases := func(s *redisstore.Store) []phase {
+				return []phase{
+					{"grant", func(p, i int) error {
+						owners[p][i] = store.NewOwner()
+						g, err := s.Acquire(ctx, ids[p], owners[p][i], store.Demand{Max: max, TTL: ttl})
+						if err == nil && !g.Granted {
+							err = fmt.Errorf("refused")
+						}
+						return err
+					}},
+					{"refusal", func(p, i int) error {
+						g, err := s.Acquire(ctx, ids[p], store.NewOwner(), store.Demand{Max: max, TTL: ttl})
+						if err == nil && g.Granted {
+							err = fmt.Errorf("granted over the max")
+						}
+						return err
+					}},
+					{"release", func(p, i int) error {
+						_, err := s.Release(ctx, ids[p], owners[p][i], store.Demand{}, false)
+						return err
+					}},
+				}
 			}
 			semaphorePhases := []phase{
 				{"grant", func(p, i int) error {
@@ -460,13 +466,13 @@ func BenchmarkPlainDecision(b *testing.B) {
 			sides := []struct {
 				name   string
 				phases []phase
-			}{{"keycap", keycapPhases}, {"semaphore", semaphorePhases}}
+			}{{"keycap", storePhases(s)}, {"scripts", storePhases(scripts)}, {"semaphore", semaphorePhases}}
 			usec := make(map[string]float64)
 			calls := make(map[string]int)
 			// A phase counts its own top-level commands only: a script's
 			// usec includes the commands it runs, which count again under
 			// their own names.
-			counted := map[string][]string{"grant": {"evalsha"}, "refusal": {"evalsha"}, "release": {"evalsha", "zrem", "exists"}}
+			counted := map[string][]string{"grant": {"evalsha", "fcall"}, "refusal": {"evalsha", "fcall"}, "release": {"evalsha", "fcall", "zrem", "exists"}}
 			round := func(measure bool) {
 				for _, side := range sides {
 					for _, ph := range side.phases {
@@ -496,6 +502,7 @@ func BenchmarkPlainDecision(b *testing.B) {
 			}
 			for _, ph := range []string{"grant", "refusal", "release"} {
 				b.ReportMetric(usec["keycap-"+ph]/usec["semaphore-"+ph], ph+"-ratio")
+				b.ReportMetric(usec["scripts-"+ph]/usec["semaphore-"+ph], ph+"-scripts-ratio")
 			}
 		})
 	}

@@ -53,12 +53,6 @@ func (n *poolNames) fill(prefix string, pool store.PoolID, owner store.Owner) {
 	n.channel, n.owner = s[ends[2]:ends[3]], s[ends[3]:]
 }
 
-// The scripts' hashes, boxed once.
-var (
-	evalshaArg    any = "evalsha"
-	acquireSHAArg any = acquireScript.Hash()
-)
-
 // acquireCall is one Acquire's op and command.
 type acquireCall struct {
 	op
@@ -73,7 +67,8 @@ type acquireCall struct {
 func (s *Store) newAcquire(pool store.PoolID, owner store.Owner, max int, ttl time.Duration) *acquireCall {
 	c := &acquireCall{max: max, ttl: ms(ttl)}
 	c.n.fill(s.prefix, pool, owner)
-	c.args = [10]any{evalshaArg, acquireSHAArg, 3, &c.n.keys[0], &c.n.keys[1], &c.n.keys[2], &c.n.owner, &c.max, &c.ttl, &c.n.channel}
+	cmd, name := s.head(acquireScript)
+	c.args = [10]any{cmd, name, 3, &c.n.keys[0], &c.n.keys[1], &c.n.keys[2], &c.n.owner, &c.max, &c.ttl, &c.n.channel}
 	c.cmd = *redis.NewCmd(context.Background(), c.args[:]...) // a fresh command, copied in place
 	c.cmd.SetFirstKeyPos(3)
 	c.arr[0] = &c.cmd
@@ -107,6 +102,6 @@ func (s *Store) newRelease(pool store.PoolID, owner store.Owner) *releaseCall {
 
 // handOn returns the command that hands the slot c freed to its pool's line
 // (release.lua), run only when someone waits.
-func (c *releaseCall) handOn() *redis.Cmd {
-	return evalsha(releaseScript, c.n.keys[:], c.n.owner, 0, c.n.channel)
+func (c *releaseCall) handOn(s *Store) *redis.Cmd {
+	return s.script(releaseScript, c.n.keys[:], c.n.owner, 0, c.n.channel)
 }

@@ -32,3 +32,13 @@ func (s *Store) shareKeys(parent store.PoolID) (leases, meta, waiting, lines str
 	keys, lines, _ := s.shareNames(parent)
 	return keys[0], keys[1], keys[2], lines
 }
+
+// UseScripts makes s run the line's scripts as scripts (EVALSHA), as on
+// Redis before 7.
+func (s *Store) UseScripts() { s.functions.turnOff() }
+
+// Library is the name of the line's function library.
+var Library = libraryName
+
+// RunsFunctions reports whether s runs the line's scripts as functions.
+func (s *Store) RunsFunctions() bool { return s.functions.on() }

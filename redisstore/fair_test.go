@@ -165,7 +165,7 @@ func BenchmarkManyTenantsAcrossProcesses(b *testing.B) {
 	})
 }
 
-// scriptStats is Redis's count of EVALSHA calls and their time.
+// scriptStats is Redis's count of EVALSHA and FCALL calls and their time.
 type scriptStats struct{ calls, usec int64 }
 
 func readScriptStats(b *testing.B, c *redis.Client) scriptStats {
@@ -177,6 +177,9 @@ func readScriptStats(b *testing.B, c *redis.Client) scriptStats {
 	for _, line := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
 		if !ok {
+			rest, ok = strings.CutPrefix(strings.TrimSpace(line), "cmdstat_fcall:")
+		}
+		if !ok {
 			continue
 		}
 		for _, f := range strings.Split(rest, ",") {
@@ -184,9 +187,9 @@ func readScriptStats(b *testing.B, c *redis.Client) scriptStats {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			switch k {
 			case "calls":
-				st.calls = n
+				st.calls += n
 			case "usec":
-				st.usec = n
+				st.usec += n
 			}
 		}
 	}

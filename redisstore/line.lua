@@ -7,8 +7,11 @@
 -- KEYS[3]  the line's meta: a hash of owner token -> "expiry:claim" (ms) of
 --          its ticket, "max" -> the pool's max, "seq" -> the last arrival
 -- The wake-up channel is the last argument. The four names share the pool's
--- hash tag, so a script touches one Redis Cluster slot.
-local slots, line, meta = KEYS[1], KEYS[2], KEYS[3]
+-- hash tag, so a script touches one Redis Cluster slot. Each script or
+-- function of the line sets the three from its keys first (linePrologue in
+-- functions.go): line.lua is the library of the functions (Redis 7), loaded
+-- once, and the head of the scripts (EVALSHA), run at every call.
+local slots, line, meta
 
 local function clock()
   local t = redis.call('TIME')

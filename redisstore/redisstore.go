@@ -68,15 +68,15 @@ var (
 
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(lineLua + acquireLua)
+	acquireScript = redis.NewScript(lineLua + linePrologue + acquireLua)
 
 	//go:embed queue.lua
 	queueLua    string
-	queueScript = redis.NewScript(lineLua + queueLua)
+	queueScript = redis.NewScript(lineLua + linePrologue + queueLua)
 
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(lineLua + releaseLua)
+	releaseScript = redis.NewScript(lineLua + linePrologue + releaseLua)
 
 	//go:embed renew.lua
 	renewLua    string
@@ -112,6 +112,8 @@ type Store struct {
 	ackWait time.Duration // ...within this
 	hub     hub           // Notify's subscriptions
 	queues  queues        // the pipelines of each node's decisions (batch.go)
+
+	functions functions // whether the line's scripts run as functions (functions.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -401,7 +403,7 @@ func (s *Store) release(ctx context.Context, pool store.PoolID, owner store.Owne
 		err = c.op.err()
 	}
 	if err == nil && c.waiting.Val() == 1 {
-		hand := c.handOn()
+		hand := c.handOn(s)
 		if err = s.do(ctx, pool, true, hand); err == nil {
 			err = hand.Err()
 		}
@@ -458,7 +460,7 @@ func (s *Store) ReleaseAsync(pool store.PoolID, owner store.Owner, d store.Deman
 			return
 		}
 		// Someone waits: hand the slot on in the next pipeline.
-		hand := &op{cmds: []redis.Cmder{c.handOn()}, script: true, deadline: o.deadline}
+		hand := &op{cmds: []redis.Cmder{c.handOn(s)}, script: true, deadline: o.deadline}
 		hand.then = func(h *op) { finish(h.err()) }
 		q.submit(hand)
 	}
@@ -490,7 +492,7 @@ func (s *Store) queue(ctx context.Context, pool store.PoolID, owner store.Owner,
 			res, err = run.Int64Slice()
 		}
 	} else {
-		cmd := evalsha(queueScript, keys, args...)
+		cmd := s.script(queueScript, keys, args...)
 		if err = s.do(ctx, pool, true, cmd); err == nil {
 			res, err = cmd.Int64Slice()
 		}
@@ -515,7 +517,7 @@ func (s *Store) queue(ctx context.Context, pool store.PoolID, owner store.Owner,
 // dequeue takes owner out of pool's line: one EVALSHA.
 func (s *Store) dequeue(ctx context.Context, pool store.PoolID, owner store.Owner) error {
 	keys, channel := s.names(pool)
-	cmd := evalsha(releaseScript, keys, owner[:], 1, channel)
+	cmd := s.script(releaseScript, keys, owner[:], 1, channel)
 	err := s.do(ctx, pool, true, cmd)
 	if err == nil {
 		err = cmd.Err()
@@ -728,15 +730,4 @@ func (s *Store) Pace(ctx context.Context, id store.PoolID, rate store.Rate) (tim
 		return 0, nil
 	}
 	return max(res.RetryAfter, time.Millisecond), nil
-}
-
-// loadScripts loads every script on every node (go-redis's ClusterClient
-// sends SCRIPT LOAD to each master).
-func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript, inspectScript, overridesScript} {
-		if err := sc.Load(ctx, s.client).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }

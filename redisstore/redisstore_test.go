@@ -36,6 +36,21 @@ func TestConformanceRedis(t *testing.T) {
 	})
 }
 
+// TestConformanceRedisScripts runs the line's decisions as scripts
+// (EVALSHA), as on Redis before 7, where TestConformanceRedis runs them as
+// functions.
+func TestConformanceRedisScripts(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) func() keycap.Store {
+		prefix := testenv.Prefix(t, testenv.Redis(t))
+		return func() keycap.Store {
+			s := newStore(t, testenv.Redis(t), prefix)
+			s.UseScripts()
+			return s
+		}
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) func() keycap.Store {
@@ -247,6 +262,64 @@ func TestScriptCacheFlushed(t *testing.T) {
 	batch := []store.Renewal{{Pool: p, Owner: o, TTL: time.Minute}}
 	if err := s.Renew(ctx, batch); err != nil || batch[0].Err != nil || batch[0].Lost {
 		t.Fatalf("renew after flush: %v %+v", err, batch[0])
+	}
+}
+
+// TestLineRunsAsFunctions checks that a plain pool's decisions run as the
+// functions of the store's library on Redis 7, and are served again at once
+// when Redis lost them (FUNCTION DELETE, as a restart without persistence
+// does); and that a store whose user may not run functions (an ACL without
+// FCALL and FUNCTION) runs them as scripts from its first call.
+func TestLineRunsAsFunctions(t *testing.T) {
+	c := testenv.Redis(t)
+	ctx := context.Background()
+	pair := func(s *redisstore.Store, name string) {
+		t.Helper()
+		p, o := store.PoolOf(0, "functions", name), store.NewOwner()
+		if g, err := s.Acquire(ctx, p, o, store.Demand{Max: 1, TTL: time.Minute}); !g.Granted || err != nil {
+			t.Fatalf("%s: acquire: %v %v", name, g.Granted, err)
+		}
+		if g, err := s.Acquire(ctx, p, store.NewOwner(), store.Demand{Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Second, Claim: time.Second}}); g.Granted || err != nil {
+			t.Fatalf("%s: queue on a full pool: %v %v", name, g.Granted, err)
+		}
+		if _, err := s.Release(ctx, p, o, store.Demand{}, false); err != nil {
+			t.Fatalf("%s: release: %v", name, err)
+		}
+	}
+	loaded := func() bool {
+		t.Helper()
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: redisstore.Library}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(libs) == 1 && len(libs[0].Functions) == 3
+	}
+	s := newStore(t, c, testenv.Prefix(t, c))
+	pair(s, "first") // loads the library
+	if !s.RunsFunctions() || !loaded() {
+		t.Fatalf("after a first call: functions %v, library %s loaded %v", s.RunsFunctions(), redisstore.Library, loaded())
+	}
+	if err := c.FunctionDelete(ctx, redisstore.Library).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pair(s, "deleted")
+	if !s.RunsFunctions() || !loaded() {
+		t.Fatalf("after the library was deleted: functions %v, loaded again %v", s.RunsFunctions(), loaded())
+	}
+
+	user := "keycap-test-" + store.NewOwner().String()[:12]
+	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", "nopass", "~*", "&*", "+@all", "-fcall", "-fcall_ro", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Do(context.Background(), "ACL", "DELUSER", user) })
+	opt := *c.Options()
+	opt.Username, opt.Password = user, "any" // nopass: any password
+	limited := redis.NewClient(&opt)
+	t.Cleanup(func() { _ = limited.Close() })
+	scripts := newStore(t, limited, testenv.Prefix(t, c))
+	pair(scripts, "no functions")
+	if scripts.RunsFunctions() {
+		t.Fatal("a store whose user may not run functions still runs them")
 	}
 }
 

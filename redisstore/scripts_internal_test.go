@@ -30,7 +30,7 @@ func TestScriptsKeepKeysAlive(t *testing.T) {
 				}
 				return redis.NewScript(src)
 			}
-			acquire, queue := script(lineLua+acquireLua), script(lineLua+queueLua)
+			acquire, queue := script(lineLua+linePrologue+acquireLua), script(lineLua+linePrologue+queueLua)
 			renew, sync := script(renewLua), script(syncLua)
 			p := testenv.Prefix(t, c) + name + ":"
 			slots, line, meta := p+"{t}s", p+"{t}l", p+"{t}m"

@@ -86,7 +86,7 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 		// A weighted lease of a pool goes through the pool's lane, as its
 		// plain leases do, so that it is ordered after a plain release sent
 		// without waiting (ReleaseAsync).
-		reply = evalsha(script, keys, args...)
+		reply = s.script(script, keys, args...)
 		if err = s.do(ctx, d.Pool, true, reply); err == nil {
 			err = reply.Err()
 		}
@@ -146,7 +146,7 @@ func (s *Store) releaseShared(ctx context.Context, d demand, dequeue bool) (bool
 	case dequeue:
 		// On the pool's lane, as the plain calls (see acquireShared).
 		keys, channel := s.names(d.Pool)
-		cmd := evalsha(releaseScript, keys, d.Owner[:], 1, channel, w)
+		cmd := s.script(releaseScript, keys, d.Owner[:], 1, channel, w)
 		if err = s.do(ctx, d.Pool, true, cmd); err == nil {
 			err = cmd.Err()
 		}
@@ -158,7 +158,7 @@ func (s *Store) releaseShared(ctx context.Context, d demand, dequeue bool) (bool
 			err = errOf(zrem, waiting)
 		}
 		if err == nil && waiting.Val() == 1 {
-			cmd := evalsha(releaseScript, keys, d.Owner[:], 0, channel, w)
+			cmd := s.script(releaseScript, keys, d.Owner[:], 0, channel, w)
 			if err = s.do(ctx, d.Pool, true, cmd); err == nil {
 				err = cmd.Err()
 			}

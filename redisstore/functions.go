@@ -1,0 +1,167 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts of a pool's line — acquire.lua, queue.lua and release.lua,
+// each after line.lua — are also the functions of one Redis Function
+// library, and run as such (FCALL) on Redis 7 and later. A library is
+// loaded once: a call runs its own body only, where EVALSHA runs line.lua's
+// definitions again at every call (a plain grant costs Redis about a sixth
+// less; BENCHMARKS.md). Before Redis 7, or where functions are refused
+// (an ACL without FUNCTION), the store runs the same code as scripts
+// (EVALSHA), from the first call that finds out. The library's name and
+// its functions' carry a hash of their code, so that stores of two
+// versions of keycap can share one Redis.
+//
+// The other scripts stay scripts (EVALSHA): a parent's (share.lua, whose
+// work dwarfs its definitions), the grants acknowledged by replicas
+// (WithReplicaAcks, whose WAIT dwarfs them) and the rare ones.
+
+// linePrologue sets line.lua's keys from the call's, first thing in a
+// script or a function of the line.
+const linePrologue = "slots, line, meta = KEYS[1], KEYS[2], KEYS[3]\n"
+
+var (
+	functionOf = map[*redis.Script]any{} // a script's function's name (boxed once, as a command's argument)
+	scriptOf   = map[string]*redis.Script{}
+
+	// libraryName names the library, whose code, for FUNCTION LOAD, is
+	// library.
+	libraryName, library = buildLibrary()
+
+	fcallArg   any = "fcall"
+	evalshaArg any = "evalsha"
+)
+
+func buildLibrary() (name, code string) {
+	sum := sha1.Sum([]byte(lineLua + acquireLua + queueLua + releaseLua))
+	name = "keycap_" + hex.EncodeToString(sum[:6])
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!lua name=%s\n%s", name, lineLua)
+	for _, f := range []struct {
+		name, body string
+		script     *redis.Script
+	}{{"acquire", acquireLua, acquireScript}, {"queue", queueLua, queueScript}, {"release", releaseLua, releaseScript}} {
+		fn := name + "_" + f.name
+		fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s%s\nend)\n", fn, linePrologue, f.body)
+		functionOf[f.script] = fn
+		scriptOf[fn] = f.script
+	}
+	return name, b.String()
+}
+
+// functions says how a store runs the scripts of a pool's line.
+type functions struct {
+	off atomic.Bool // once Redis refused FCALL or FUNCTION LOAD: scripts from then on
+}
+
+func (f *functions) on() bool { return !f.off.Load() }
+
+func (f *functions) turnOff() { f.off.Store(true) }
+
+// head returns the first two arguments of the command that runs script:
+// FCALL and its function's name, or EVALSHA and its hash.
+func (s *Store) head(script *redis.Script) (cmd, name any) {
+	if fn, ok := functionOf[script]; ok && s.functions.on() {
+		return fcallArg, fn
+	}
+	return evalshaArg, script.Hash()
+}
+
+// script returns the command that runs script on keys with args (as its
+// function, where it has one and Redis runs functions), ready for a
+// pipeline.
+func (s *Store) script(script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	cmd, name := s.head(script)
+	a = append(a, cmd, name, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	c := redis.NewCmd(context.Background(), a...)
+	c.SetFirstKeyPos(3)
+	return c
+}
+
+// missing reports whether cmd, a script's or a function's call, failed
+// because Redis does not have it (a restart, a flush, a first call) or
+// does not run functions (which it then turns off): the caller loads what
+// is missing (loadScripts), makes cmd fit (fit) and sends it again.
+func (s *Store) missing(cmd redis.Cmder) bool {
+	err := cmd.Err()
+	if err == nil {
+		return false
+	}
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return true
+	}
+	if args := cmd.Args(); len(args) < 2 || args[0] != fcallArg {
+		return false
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "Function not found"):
+		return true
+	case strings.Contains(msg, "unknown command"), redis.HasErrorPrefix(err, "NOPERM"):
+		s.functions.turnOff()
+		return true
+	}
+	return false
+}
+
+// fit makes cmd, a function's call, its script's where functions are off.
+func (s *Store) fit(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) >= 2 && args[0] == fcallArg && !s.functions.on() {
+		name, _ := args[1].(string)
+		args[0], args[1] = evalshaArg, scriptOf[name].Hash()
+	}
+}
+
+// loadScripts loads every script, and the library where functions are on,
+// on every node (go-redis's ClusterClient sends SCRIPT LOAD to each node;
+// FUNCTION LOAD goes to each master, whose replicas follow). A library
+// Redis refuses turns functions off.
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript, inspectScript, overridesScript} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return err
+		}
+	}
+	if !s.functions.on() {
+		return nil
+	}
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, library).Err()
+		var re redis.Error
+		switch {
+		case err == nil, err != nil && strings.Contains(err.Error(), "already exists"):
+			return nil
+		case errors.As(err, &re) && (strings.Contains(err.Error(), "unknown") || redis.HasErrorPrefix(err, "NOPERM")):
+			s.functions.turnOff() // the calls that meet it become scripts' (missing)
+			return nil
+		}
+		return err
+	}
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, load)
+	case *redis.Client:
+		return load(ctx, c)
+	}
+	s.functions.turnOff() // a client whose nodes cannot be reached one by one
+	return nil
+}
