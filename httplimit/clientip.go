@@ -170,6 +170,13 @@ func (c ClientIP) Key(r *http.Request) string {
 	if !ok {
 		return "ip:unknown"
 	}
+	return c.KeyOf(a)
+}
+
+// KeyOf returns the pool key of the client address a, as Key does for a
+// request from a: to name a client's key (an override, a look-up) as its
+// requests build it.
+func (c ClientIP) KeyOf(a netip.Addr) string {
 	if a.Is6() && c.v6bits > 0 && c.v6bits < 128 {
 		p, _ := a.Prefix(c.v6bits)
 		return "ip:" + p.String()

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -74,7 +75,7 @@ func (s *Server) authorized(cookie bool, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		want := s.token()
 		if want == "" {
-			http.NotFound(w, r)
+			adminOff(w, cookie)
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -96,6 +97,22 @@ func (s *Server) authorized(cookie bool, h http.HandlerFunc) http.Handler {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		h(w, r)
 	})
+}
+
+// adminOffMsg tells a request to the admin page or API, while they are
+// off, how to turn them on.
+const adminOffMsg = `the admin page and API are off: set admin_api.token in the configuration (or KEYCAP_ADMIN_TOKEN), then reload or restart the gateway (docs/gateway.md, "The admin API and page")`
+
+// adminOff answers a request to the admin page (page: as text) or API (as
+// JSON) while they are off: 404, and how to turn them on.
+func adminOff(w http.ResponseWriter, page bool) {
+	if page {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, adminOffMsg+"\n")
+		return
+	}
+	adminError(w, http.StatusNotFound, adminOffMsg)
 }
 
 func adminError(w http.ResponseWriter, status int, msg string) {
@@ -546,6 +563,17 @@ func (s *Server) apiSetOverride(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	switch {
+	case req.Max == nil && req.Share == 0:
+		adminError(w, http.StatusBadRequest, "give a max or a share (or both): an override that changes neither does nothing")
+		return
+	case req.Max != nil && (*req.Max < 0 || *req.Max > MaxOverride):
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("max %d: must be between 0 (refuse every request of the key) and %d", *req.Max, MaxOverride))
+		return
+	case req.Share < 0 || req.Share > MaxShare:
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("share %d: must be between 1 and %d (0: unchanged)", req.Share, MaxShare))
+		return
+	}
 	o.Max, o.Share = keycap.KeepMax, req.Share
 	if req.Max != nil {
 		o.Max = *req.Max
@@ -568,7 +596,11 @@ func (s *Server) apiSetOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetSummary()
-	s.log.Info("keycap: override set", "family", o.Family.String(), "name", o.Name, "max", o.Max, "share", o.Share, "ttl", o.TTL)
+	var maxAttr any = o.Max
+	if o.Max == keycap.KeepMax {
+		maxAttr = "unchanged"
+	}
+	s.log.Info("keycap: override set", "family", o.Family.String(), "name", o.Name, "key", s.logKey(o.Key), "max", maxAttr, "share", o.Share, "ttl", o.TTL)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -584,24 +616,41 @@ func (s *Server) apiResetOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetSummary()
-	s.log.Info("keycap: override reset", "family", o.Family.String(), "name", o.Name)
+	s.log.Info("keycap: override reset", "family", o.Family.String(), "name", o.Name, "key", s.logKey(o.Key))
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// overrideOf names the override of a route's or an app's key.
+// overrideOf names the override of a route's or an app's key: a route's
+// key as its requests build it (overrideKey).
 func (s *Server) overrideOf(route, app, key string) (keycap.Override, error) {
-	cfg := s.gw.router().cfg
+	rt := s.gw.router()
+	cfg := rt.cfg
 	switch {
 	case (route == "") == (app == ""):
 		return keycap.Override{}, errors.New("name either a route or a Pusher app")
 	case route != "":
-		pool, ok := poolOf(cfg, route)
-		if !ok {
+		i := slices.IndexFunc(cfg.Routes, func(r RouteConfig) bool { return r.Name == route })
+		if i < 0 {
 			return keycap.Override{}, fmt.Errorf("no route %q", route)
 		}
-		return keycap.Override{Family: keycap.FamilyApp, Name: pool, Key: key}, nil
+		k, err := overrideKey(&cfg.Routes[i], rt.cip, key)
+		if err != nil {
+			return keycap.Override{}, err
+		}
+		return keycap.Override{Family: keycap.FamilyApp, Name: cfg.Routes[i].Pool, Key: k}, nil
 	case !hasApp(cfg, app):
 		return keycap.Override{}, fmt.Errorf("no Pusher app %q", app)
+	case strings.TrimSpace(key) == "":
+		return keycap.Override{}, errors.New("no key: a Pusher app's key is the user's id")
 	}
 	return keycap.Override{Family: keycap.FamilyConn, Name: app, Key: key}, nil
+}
+
+// logKey is an override's key as the log shows it: in clear with
+// admin_api.show_keys, else not at all (a key may be personal data).
+func (s *Server) logKey(key string) string {
+	if s.gw.router().cfg.AdminAPI.ShowKeys {
+		return key
+	}
+	return "(hidden: admin_api.show_keys)"
 }

@@ -131,10 +131,23 @@ func TestAdminAPIIsBehindItsToken(t *testing.T) {
 	t.Parallel()
 	up := newHeldUpstream(t)
 	off := startGateway(t, "upstream: "+up.URL+"\n")
-	if status, _ := adminDo(t, http.MethodGet, off.admin+"/admin/api/summary", testToken, nil); status != http.StatusNotFound {
-		t.Fatalf("without admin_api.token: %d, want 404", status)
+	// Off, the page and the API say how to turn them on, and so do the
+	// start-up log and keycap inspect.
+	if m := off.waitLog(t, "keycap: admin page and API off"); !strings.Contains(fmt.Sprint(m["turn_on"]), "admin_api.token") {
+		t.Errorf("start-up log %v: want how to turn the page on", m)
+	}
+	for _, path := range []string{"/admin/api/summary", "/admin/", "/admin/login"} {
+		if status, b := adminDo(t, http.MethodGet, off.admin+path, testToken, nil); status != http.StatusNotFound || !bytes.Contains(b, []byte("set admin_api.token")) {
+			t.Fatalf("%s without admin_api.token: %d %s, want 404 saying how to turn it on", path, status, b)
+		}
+	}
+	if out, err := runBinary(t, "inspect", "-admin", off.admin, "-token", testToken); err == nil || !strings.Contains(out, "set admin_api.token") {
+		t.Fatalf("keycap inspect against a gateway without admin_api.token: %v\n%s", err, out)
 	}
 	g := startGateway(t, adminConfig(up.URL, ""))
+	if m := g.waitLog(t, "keycap: admin page"); m["url"] != g.admin+"/admin/" {
+		t.Errorf("start-up log %v: want the page's URL, %s/admin/", m, g.admin)
+	}
 	for _, tc := range []struct {
 		token string
 		want  int
@@ -234,8 +247,9 @@ func TestAdminSummaryShadowAndOverrides(t *testing.T) {
 	}
 
 	// alice may still take her third slot; an override of max 2 refuses it
-	// at once, and its reset gives it back.
-	set := map[string]any{"route": "api", "key": "header:X-User=alice", "max": 2, "ttl": "1h"}
+	// at once, and its reset gives it back. Its key is given as a user
+	// would type it, and kept as the route builds it.
+	set := map[string]any{"route": "api", "key": "x-user=alice", "max": 2, "ttl": "1h"}
 	if status, b := adminDo(t, http.MethodPut, g.admin+"/admin/api/overrides", testToken, set); status != http.StatusNoContent {
 		t.Fatalf("PUT override: %d %s", status, b)
 	}
@@ -259,17 +273,27 @@ func TestAdminSummaryShadowAndOverrides(t *testing.T) {
 		t.Fatalf("alice after the reset: %d, want 200 (her third of 3)", status)
 	}
 
-	// Bad requests say what is wrong.
-	for _, body := range []map[string]any{
-		{"route": "nope", "key": "k", "max": 1},
-		{"route": "api", "key": "k", "max": -5},
-		{"route": "api", "key": "k"},
-		{"route": "api", "app": "x", "key": "k", "max": 1},
-		{"route": "api", "key": "k", "max": 1, "ttl": "soon"},
-		{"route": "api", "key": "k", "max": 1, "extra": true},
+	// Bad requests say what is wrong, in the words of the configuration:
+	// a key no limit of the route reads would never apply.
+	for _, c := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"route": "nope", "key": "header:X-User=a", "max": 1}, `no route \"nope\"`},
+		{map[string]any{"route": "api", "key": "header:X-User=a", "max": -5}, "between 0"},
+		{map[string]any{"route": "api", "key": "header:X-User=a", "max": 99999999}, "between 0"},
+		{map[string]any{"route": "api", "key": "header:X-User=a", "share": 100000}, "between 1"},
+		{map[string]any{"route": "api", "key": "header:X-User=a"}, "give a max or a share"},
+		{map[string]any{"route": "api", "key": "k", "max": 1}, "header:X-User=alice"},
+		{map[string]any{"route": "api", "key": "header:X-Tenant=acme", "max": 1}, "no limit of the route reads header:X-Tenant"},
+		{map[string]any{"route": "api", "key": "ip:203.0.113.7", "max": 1}, "no limit of the route is keyed by the client's address"},
+		{map[string]any{"route": "api", "app": "x", "key": "k", "max": 1}, "either a route or a Pusher app"},
+		{map[string]any{"route": "api", "key": "header:X-User=a", "max": 1, "ttl": "soon"}, "invalid ttl"},
+		{map[string]any{"route": "api", "key": "header:X-User=a", "max": 1, "extra": true}, "unknown field"},
 	} {
-		if status, b := adminDo(t, http.MethodPut, g.admin+"/admin/api/overrides", testToken, body); status != http.StatusBadRequest || !bytes.Contains(b, []byte(`"error"`)) {
-			t.Fatalf("PUT %v: %d %s, want 400 with an error", body, status, b)
+		status, b := adminDo(t, http.MethodPut, g.admin+"/admin/api/overrides", testToken, c.body)
+		if status != http.StatusBadRequest || !bytes.Contains(b, []byte(`"error"`)) || !bytes.Contains(b, []byte(c.want)) || bytes.Contains(b, []byte("KeepMax")) {
+			t.Fatalf("PUT %v: %d %s, want 400 with an error saying %q", c.body, status, b, c.want)
 		}
 	}
 	up.release.Open()

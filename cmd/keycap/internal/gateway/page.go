@@ -131,7 +131,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	if s.token() == "" {
-		http.NotFound(w, r)
+		adminOff(w, true)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -23,6 +23,8 @@ type Server struct {
 	log  *slog.Logger
 	gw   *Gateway
 
+	adminAddr string // the admin listener's address, set once at start
+
 	mu      sync.Mutex
 	cfg     *Config
 	servers []*http.Server
@@ -103,6 +105,11 @@ func Start(file string) (*Server, error) {
 		s.gw.Close()
 		return nil, err
 	}
+	if cfg.AdminAPI.Token != "" {
+		s.log.Info("keycap: admin page", "url", "http://"+s.adminAddr+"/admin/")
+	} else {
+		s.log.Info("keycap: admin page and API off", "turn_on", "set admin_api.token (or KEYCAP_ADMIN_TOKEN)")
+	}
 	return s, nil
 }
 
@@ -133,6 +140,9 @@ func (s *Server) listen(kind, addr string, h http.Handler) error {
 	s.servers = append(s.servers, srv)
 	s.mu.Unlock()
 	s.log.Info("keycap: listening", "kind", kind, "addr", ln.Addr().String())
+	if kind == "admin" {
+		s.adminAddr = ln.Addr().String()
+	}
 	s.wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("keycap: server failed", "kind", kind, "error", err)
