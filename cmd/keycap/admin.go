@@ -82,11 +82,11 @@ func override(args []string) error {
 		return nil
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
+	fs := newFlags("override " + sub)
 	a := newAdminFlags(fs)
 	route := fs.String("route", "", "the route whose key to override")
 	app := fs.String("app", "", "or the Pusher app whose user to override")
-	key := fs.String("key", "", "the key, as the gateway builds it: header:X-User=alice, claim:sub=42, ip:203.0.113.7")
+	key := fs.String("key", "", "the key: header:X-User=alice (or X-User=alice), claim:sub=42, ip:203.0.113.7")
 	maxN := fs.Int("max", -1, "the key's max (set: 0 or more)")
 	share := fs.Int("share", 0, "the key's share of its parent (set: 1 or more)")
 	ttl := fs.Duration("ttl", 0, "how long the override lasts (0: until reset)")
@@ -98,6 +98,9 @@ func override(args []string) error {
 	}
 	switch sub {
 	case "set":
+		if *maxN < 0 && *share == 0 {
+			return errors.New("override set: give -max N (0 refuses every request of the key) or -share N, or both")
+		}
 		req := gateway.OverrideRequest{Route: *route, App: *app, Key: *key, Share: *share}
 		if *maxN >= 0 {
 			req.Max = maxN
@@ -161,7 +164,7 @@ const overrideUsage = `keycap override: change one key's limit on every gateway 
 
 // inspect prints what the gateway's admin page shows.
 func inspect(args []string) error {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs := newFlags("inspect")
 	a := newAdminFlags(fs)
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	if err := fs.Parse(args); err != nil {

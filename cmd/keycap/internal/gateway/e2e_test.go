@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -640,7 +641,7 @@ func TestCommandLine(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		out, err := runBinary(t, args...)
-		if err != nil || !strings.Contains(out, "keycap check -config FILE") || !strings.Contains(out, "keycap try") {
+		if err != nil || !strings.Contains(out, "keycap check [-config] FILE") || !strings.Contains(out, "keycap try") {
 			t.Errorf("keycap %v: %v\n%s", args, err, out)
 		}
 	}
@@ -652,6 +653,28 @@ func TestCommandLine(t *testing.T) {
 	}
 	if out, err := runBinary(t, "check", "-h"); err != nil || !strings.Contains(out, "-config") {
 		t.Errorf("keycap check -h: %v\n%s", err, out)
+	}
+	// keycap help COMMAND is the command's own help.
+	if out, err := runBinary(t, "help", "try"); err != nil || !strings.Contains(out, "Usage: keycap try") || !strings.Contains(out, "-token") {
+		t.Errorf("keycap help try: %v\n%s", err, out)
+	}
+	// version: the module's version and the Go that built it.
+	for _, args := range [][]string{{"version"}, {"-version"}, {"--version"}} {
+		out, err := runBinary(t, args...)
+		if err != nil || !strings.HasPrefix(out, "keycap ") || !strings.Contains(out, runtime.Version()) {
+			t.Errorf("keycap %v: %v\n%s", args, err, out)
+		}
+	}
+	// The configuration file as the argument, to check and to serve.
+	example := "../../../../examples/gateway.yaml"
+	if out, err := runBinary(t, "check", example); err != nil || !strings.Contains(out, "configuration OK") {
+		t.Errorf("keycap check FILE: %v\n%s", err, out)
+	}
+	if out, err := runBinary(t, "check", "-config", example, "other.yaml"); err == nil || !strings.Contains(out, "give one") {
+		t.Errorf("keycap check with two files: %v\n%s", err, out)
+	}
+	if out, err := runBinary(t, filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(out, "no configuration file") {
+		t.Errorf("keycap FILE, missing: %v\n%s", err, out)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,8 +23,9 @@ func Check(cfg *Config) error {
 
 // Try sends, at once, greedy requests as user alice and three requests one
 // after the other as each of bob and carol to url (a route capped per
-// X-User), and writes what each got.
-func Try(w io.Writer, url string, greedy int) error {
+// X-User), each with header too, and writes what each got, and a hint when
+// no request got through for a reason the caller can fix.
+func Try(w io.Writer, url string, greedy int, header http.Header) error {
 	start := time.Now()
 	type result struct {
 		user   string
@@ -36,7 +38,16 @@ func Try(w io.Writer, url string, greedy int) error {
 	var results []result
 	var firstErr error
 	get := func(user string, n int) {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			mu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			mu.Unlock()
+			return
+		}
+		for name, values := range header {
+			req.Header[name] = values
+		}
 		req.Header.Set("X-User", user)
 		resp, err := http.DefaultClient.Do(req)
 		mu.Lock()
@@ -73,18 +84,32 @@ func Try(w io.Writer, url string, greedy int) error {
 	if firstErr != nil {
 		return fmt.Errorf("is the gateway running at %s? %w", url, firstErr)
 	}
-	served, refused := map[string]int{}, map[string]int{}
+	served, refused, other := map[string]int{}, map[string]int{}, map[string]int{}
+	statuses := map[int]int{}
 	for _, r := range results {
+		statuses[r.status]++
 		switch r.status {
 		case http.StatusOK:
 			served[r.user]++
 		case http.StatusTooManyRequests:
 			refused[r.user]++
+		default:
+			other[r.user]++
 		}
 	}
-	fmt.Fprintf(w, "\n%-6s %6s %7s\n", "user", "served", "refused")
+	fmt.Fprintf(w, "\n%-6s %6s %7s %5s\n", "user", "served", "refused", "other")
 	for _, u := range []string{"alice", "bob", "carol"} {
-		fmt.Fprintf(w, "%-6s %6d %7d\n", u, served[u], refused[u])
+		fmt.Fprintf(w, "%-6s %6d %7d %5d\n", u, served[u], refused[u], other[u])
+	}
+	switch {
+	case statuses[http.StatusUnauthorized] == len(results):
+		fmt.Fprintf(w, "\nEvery request was answered 401 Unauthorized: the route wants its key from a token or a header\n"+
+			"these requests lack (on_missing: refuse). Give it: keycap try -token TOKEN (a JWT the gateway's jwt\n"+
+			"section verifies), or -header 'NAME: VALUE'.\n")
+	case statuses[http.StatusNotFound] == len(results):
+		fmt.Fprintf(w, "\nEvery request was answered 404 Not Found: no route of the gateway serves %s; give a route's\nURL with -url.\n", url)
+	case len(other) > 0 && len(served) == 0 && len(refused) == 0:
+		fmt.Fprintf(w, "\nNo request was served or refused by a limit: the statuses were %v (status: requests).\n", statuses)
 	}
 	return nil
 }
