@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/asynqlimit"
@@ -20,8 +19,8 @@ import (
 // (slots with room for every task, on memstore and on Redis) and without it,
 // in rounds of the same benchmark whose order turns: one server works a
 // "bare" queue, another a "limited" one, on the same Redis; on Redis a third
-// works a queue behind asynq's own counting semaphore (x/rate, see
-// semaphore), the peer. limited/bare and semaphore/bare are the ratios of
+// works a queue behind asynq's own counting semaphore (x/rate,
+// testenv.Semaphore), the peer. limited/bare and semaphore/bare are the ratios of
 // the rates. Tasks do nothing (the worst case: every cost shows) or wait
 // 5 ms, as a task waiting on I/O does.
 func BenchmarkTasks(b *testing.B) {
@@ -32,22 +31,9 @@ func BenchmarkTasks(b *testing.B) {
 	}
 }
 
-// semaphoreAcquire is the acquire script of asynq's x/rate Semaphore, the
-// semaphore asynq offers for a cap across servers: drop the members past
-// their deadline, count, add the task with its deadline (Unix seconds, the
-// client's clock). Its release is a ZREM. The package itself cannot be built
-// with asynq 0.26 (its one release needs go-redis v8), so the benchmark runs
-// the same commands the way its documented middleware does.
-var semaphoreAcquire = redis.NewScript(`redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - 1)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
-  return 'true'
-end
-return 'false'`)
-
-// semaphore is the middleware of asynq's x/rate example on a semaphore of
-// max tasks at key.
-func semaphore(c redis.UniversalClient, key string, max int) asynq.MiddlewareFunc {
+// semaphore is the middleware of asynq's x/rate example on a semaphore
+// (testenv.Semaphore).
+func semaphore(sem testenv.Semaphore) asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			d, ok := ctx.Deadline()
@@ -55,11 +41,11 @@ func semaphore(c redis.UniversalClient, key string, max int) asynq.MiddlewareFun
 			if !ok {
 				return fmt.Errorf("the task has no deadline")
 			}
-			got, err := semaphoreAcquire.Run(ctx, c, []string{key}, max, time.Now().Unix(), d.Unix(), id).Bool()
+			got, err := sem.Acquire(ctx, id, d)
 			if err != nil || !got {
 				return fmt.Errorf("semaphore: %v %w", got, err)
 			}
-			defer c.ZRem(ctx, key, id)
+			defer sem.Release(ctx, id)
 			return next.ProcessTask(ctx, t)
 		})
 	}
@@ -90,7 +76,7 @@ func benchTasks(b *testing.B, store string, work time.Duration) {
 	}
 	if store == "redis" {
 		c := testenv.Redis(b)
-		sides = append(sides, &side{name: "semaphore", queue: queueTB(b), mw: semaphore(c, testenv.Prefix(b, c)+"sema", 10_000)})
+		sides = append(sides, &side{name: "semaphore", queue: queueTB(b), mw: semaphore(testenv.Semaphore{C: c, Key: testenv.Prefix(b, c) + "sema", Max: 10_000})})
 	}
 	done := make(map[string]chan struct{})
 	for _, sd := range sides {

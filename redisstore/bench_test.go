@@ -377,23 +377,11 @@ func infoSum(ctx context.Context, c redis.Cmdable, section string, value func(li
 	return total, nil
 }
 
-// semaphoreAcquire is the counting semaphore of asynq's x/rate package, as
-// the peer plain decisions are measured against: its acquire is one script of
-// three commands (drop the expired members, count, add), the expiry and the
-// time given by the client; its release is a ZREM. (The package itself
-// cannot be built with asynq 0.26: its last release needs go-redis v8.)
-var semaphoreAcquire = redis.NewScript(`redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - 1)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
-  return 'true'
-end
-return 'false'`)
-
 // BenchmarkPlainDecision measures the Redis server time of one plain
 // decision (INFO commandstats' usec over the calls of one kind, phase by
 // phase) for the store (keycap: its functions; scripts: the same code as
-// scripts, as on Redis before 7) and for asynq's semaphore in alternating
-// rounds of one run: a grant, on pools of max 1 and 10 filled to the max; a refusal,
+// scripts, as on Redis before 7) and for asynq's semaphore
+// (testenv.Semaphore) in alternating rounds of one run: a grant, on pools of max 1 and 10 filled to the max; a refusal,
 // on the full pools; a release. Server time is what caps the decisions one
 // Redis core can make.
 func BenchmarkPlainDecision(b *testing.B) {
@@ -417,7 +405,9 @@ func BenchmarkPlainDecision(b *testing.B) {
 				owners[p] = make([]store.Owner, max)
 				ids[p] = store.PoolOf(0, "decision", strconv.Itoa(p))
 			}
-			semKey := func(p int) string { return prefix + "sema:" + strconv.Itoa(p) }
+			sem := func(p int) testenv.Semaphore {
+				return testenv.Semaphore{C: c, Key: prefix + "sema:" + strconv.Itoa(p), Max: max}
+			}
 			storePhases := func(s *redisstore.Store) []phase {
 				return []phase{
 					{"grant", func(p, i int) error {
@@ -444,23 +434,21 @@ func BenchmarkPlainDecision(b *testing.B) {
 			semaphorePhases := []phase{
 				{"grant", func(p, i int) error {
 					owners[p][i] = store.NewOwner()
-					now := time.Now()
-					ok, err := semaphoreAcquire.Run(ctx, c, []string{semKey(p)}, max, now.Unix(), now.Add(ttl).Unix(), owners[p][i].String()).Bool()
+					ok, err := sem(p).Acquire(ctx, owners[p][i].String(), time.Now().Add(ttl))
 					if err == nil && !ok {
 						err = fmt.Errorf("refused")
 					}
 					return err
 				}},
 				{"refusal", func(p, i int) error {
-					now := time.Now()
-					ok, err := semaphoreAcquire.Run(ctx, c, []string{semKey(p)}, max, now.Unix(), now.Add(ttl).Unix(), store.NewOwner().String()).Bool()
+					ok, err := sem(p).Acquire(ctx, store.NewOwner().String(), time.Now().Add(ttl))
 					if err == nil && ok {
 						err = fmt.Errorf("granted over the max")
 					}
 					return err
 				}},
 				{"release", func(p, i int) error {
-					return c.ZRem(ctx, semKey(p), owners[p][i].String()).Err()
+					return sem(p).Release(ctx, owners[p][i].String())
 				}},
 			}
 			sides := []struct {

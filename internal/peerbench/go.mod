@@ -9,7 +9,6 @@ require (
 	github.com/keycap/keycap v0.0.0-00010101000000-000000000000
 	github.com/keycap/keycap/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/keycap/keycap/redisstore v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sync v0.25.0
 )
 
@@ -17,6 +16,7 @@ require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-redis/redis_rate/v10 v10.0.1 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

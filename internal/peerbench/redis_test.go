@@ -9,7 +9,6 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/internal/testenv"
@@ -18,24 +17,13 @@ import (
 	"github.com/keycap/keycap/store"
 )
 
-// semaphoreAcquire is the acquire script of asynq's x/rate Semaphore: drop
-// the members past their deadline (Unix seconds, the client's clock), count,
-// add. The package cannot be built with asynq 0.26 (its one release needs
-// go-redis v8), so its commands are run here as it runs them.
-var semaphoreAcquire = redis.NewScript(`redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - 1)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
-  return 'true'
-end
-return 'false'`)
-
 // BenchmarkRedisSlot measures taking and giving back one slot on Redis,
 // from 1, 8 and 64 goroutines (each on a key of its own), for keycap (the
 // store's calls, and a Limiter's Acquire and Release) beside the Redis locks
 // Go programs use as a cap of one — bsm/redislock (SET NX, a script to
 // release) and go-redsync (Redlock on one Redis) — and asynq's counting
-// semaphore (x/rate: a script to take, a ZREM to give back; see
-// semaphoreAcquire), in alternating rounds with PING. Each metric is the peer's pairs/s over the PING rate: a pair of
+// semaphore (x/rate: a script to take, a ZREM to give back;
+// testenv.Semaphore), in alternating rounds with PING. Each metric is the peer's pairs/s over the PING rate: a pair of
 // unbatched round trips has a ceiling of 0.5.
 func BenchmarkRedisSlot(b *testing.B) {
 	for _, g := range []int{1, 8, 64} {
@@ -91,13 +79,11 @@ func BenchmarkRedisSlot(b *testing.B) {
 					return lock.Release(ctx)
 				}},
 				{"asynq-semaphore", func(w int) error {
-					key, id := fmt.Sprintf("%ssema:%d", prefix, w), store.NewOwner().String()
-					now := time.Now()
-					ok, err := semaphoreAcquire.Run(ctx, c, []string{key}, 1, now.Unix(), now.Add(time.Minute).Unix(), id).Bool()
-					if err != nil || !ok {
+					sem, id := testenv.Semaphore{C: c, Key: fmt.Sprintf("%ssema:%d", prefix, w), Max: 1}, store.NewOwner().String()
+					if ok, err := sem.Acquire(ctx, id, time.Now().Add(time.Minute)); err != nil || !ok {
 						return fmt.Errorf("semaphore: %v %w", ok, err)
 					}
-					return c.ZRem(ctx, key, id).Err()
+					return sem.Release(ctx, id)
 				}},
 				{"redsync", func(w int) error {
 					if err := mutexes[w].TryLockContext(ctx); err != nil {
