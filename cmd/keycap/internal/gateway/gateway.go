@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -246,6 +247,16 @@ func (rt *router) routes(g *Gateway) (err error) {
 	rt.cip = cip
 	limits, err := httplimit.New(rt.backend.limiter, httplimit.WithClientIP(cip), httplimit.WithLogger(g.log),
 		httplimit.WithOnRefuse(func(r *http.Request, limiter string, err error) {
+			q := requestOf(r)
+			switch le, ok := errors.AsType[*keycap.LimitError](err); {
+			case ok && q != nil:
+				q.set(outcomeRefused)
+				g.metrics.refusals.WithLabelValues(q.route, keySourceOf(le.Limit.Key())).Inc()
+			case errors.Is(err, keycap.ErrStoreUnavailable):
+				q.set(outcomeStoreDown)
+			default:
+				q.set(outcomeOther) // the Limiter closed: a gateway stopping
+			}
 			g.log.Debug("keycap: request refused", "route", routeOf(r), "request_id", r.Header.Get("X-Request-Id"),
 				"limiter", limiter, "method", r.Method, "path", r.URL.Path, "reason", err.Error())
 		}))
@@ -299,6 +310,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 		}
 		h := &routeHandler{
 			name:    r.Name,
+			metrics: g.metrics,
 			keys:    newKeyer(r, cip, verify),
 			maxBody: int64(*r.MaxBody),
 			label:   frontdoor.Labels(rt.backend.limiter),
@@ -345,7 +357,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 		if err != nil {
 			return err
 		}
-		rt.catchAll = &routeHandler{name: "default", maxBody: int64(*cfg.Server.MaxBody), next: proxy}
+		rt.catchAll = &routeHandler{name: "default", metrics: g.metrics, maxBody: int64(*cfg.Server.MaxBody), next: proxy}
 		if err := handle("default", "/", rt.catchAll); err != nil {
 			return err
 		}
@@ -418,22 +430,28 @@ func isPusherPath(lower string) bool {
 // and the upstream.
 type routeHandler struct {
 	name    string
+	metrics *metrics
 	keys    *keyer // nil for the catch-all
 	maxBody int64
 	label   bool // the limiter keeps labels: give it the request's ID
 	next    http.Handler
 }
 
-type routeCtxKey struct{}
-
+// routeOf returns the name of r's route, "" outside a route.
 func routeOf(r *http.Request) string {
-	s, _ := r.Context().Value(routeCtxKey{}).(string)
-	return s
+	if q := requestOf(r); q != nil {
+		return q.route
+	}
+	return ""
 }
 
-func (h *routeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *routeHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	q := &request{route: h.name}
+	w := &recorder{ResponseWriter: rw, q: q}
+	defer h.metrics.count(q)
 	if h.maxBody > 0 {
 		if r.ContentLength > h.maxBody {
+			q.set(outcomeTooLarge)
 			httplimit.WriteError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 			return
 		}
@@ -441,10 +459,11 @@ func (h *routeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
 		}
 	}
-	ctx := context.WithValue(r.Context(), routeCtxKey{}, h.name)
+	ctx := context.WithValue(r.Context(), requestKey{}, q)
 	if h.keys != nil {
 		keys, missing, ok := h.keys.keys(r)
 		if !ok {
+			q.set(outcomeUnauthorized)
 			if missing.kind == "claim" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="keycap"`)
 			}

@@ -163,3 +163,19 @@ func keysOf(r *http.Request) requestKeys {
 	k, _ := r.Context().Value(keysCtxKey{}).(requestKeys)
 	return k
 }
+
+// keySourceOf returns the source of a key the gateway built (keyer.keys):
+// "header:X-User" of "header:X-User=alice", "ip" of an address,
+// "header:X-User absent" of a request without the header. It names a
+// limit in metrics without its key's value.
+func keySourceOf(key string) string {
+	switch {
+	case strings.HasPrefix(key, "ip:"):
+		return "ip"
+	case strings.Contains(key, " absent, "):
+		src, _, _ := strings.Cut(key, " absent, ")
+		return src + " absent"
+	}
+	src, _, _ := strings.Cut(key, "=")
+	return src
+}

@@ -10,12 +10,32 @@ import (
 	"github.com/keycap/keycap/promobserver"
 )
 
-// metrics is the gateway's registry: its slots' and connections' metrics,
-// and the process's.
+// metrics is the gateway's registry: its requests', slots' and
+// connections' metrics, and the process's.
 type metrics struct {
 	reg    *prometheus.Registry
 	keycap *promobserver.Observer
+
+	// Per route: routes come from the configuration, codes are classes,
+	// outcomes the few below, sources a route's limits' key sources.
+	requests *prometheus.CounterVec   // route, code, outcome
+	upstream *prometheus.HistogramVec // route
+	refusals *prometheus.CounterVec   // route, source
 }
+
+// What became of a request, as keycap_gateway_requests_total labels it.
+const (
+	outcomeUpstream        = "upstream"          // the upstream answered (whatever its status)
+	outcomeRefused         = "refused"           // a limit refused it: 429
+	outcomeStoreDown       = "store_unavailable" // a limit that fails closed found the store down: 503
+	outcomeUnauthorized    = "unauthorized"      // a limit's key was missing (on_missing: refuse): 401
+	outcomeTooLarge        = "too_large"         // its body was over max_body: 413
+	outcomeRequestTimeout  = "request_timeout"   // its body came too slowly: 408
+	outcomeUpstreamError   = "upstream_error"    // the upstream failed: 502
+	outcomeUpstreamTimeout = "upstream_timeout"  // the upstream timed out: 504
+	outcomeClientGone      = "client_gone"       // the client left before an answer
+	outcomeOther           = "other"             // the gateway answered otherwise (a bad path, 405)
+)
 
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
@@ -24,7 +44,84 @@ func newMetrics() *metrics {
 	if err != nil {
 		panic(err) // a fresh registry: cannot clash
 	}
-	return &metrics{reg: reg, keycap: k}
+	m := &metrics{reg: reg, keycap: k,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keycap_gateway_requests_total",
+			Help: "Requests, by route, status class (2xx…5xx) and outcome (upstream, refused, unauthorized, …)."},
+			[]string{"route", "code", "outcome"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keycap_gateway_upstream_seconds",
+			Help:    "Time from sending a request to the upstream to the end of its response, by route.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}},
+			[]string{"route"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keycap_gateway_refusals_total",
+			Help: "Requests a limit refused, by route and the limit's key source (ip, header:X-User, claim:sub, …; never the key)."},
+			[]string{"route", "source"}),
+	}
+	reg.MustRegister(m.requests, m.upstream, m.refusals)
+	return m
+}
+
+// request is what the gateway learns of one request of a route, for its
+// metrics and logs: its route, and what became of it when the gateway
+// answered it itself.
+type request struct {
+	route   string
+	outcome string // "": the upstream answered, or nobody did
+	status  int    // the status written, 0 before
+}
+
+func (q *request) set(outcome string) {
+	if q != nil {
+		q.outcome = outcome
+	}
+}
+
+type requestKey struct{}
+
+// requestOf returns r's request, nil outside a route.
+func requestOf(r *http.Request) *request {
+	q, _ := r.Context().Value(requestKey{}).(*request)
+	return q
+}
+
+// recorder remembers the status a handler writes.
+type recorder struct {
+	http.ResponseWriter
+	q *request
+}
+
+func (w *recorder) WriteHeader(code int) {
+	if w.q.status == 0 && code >= 200 || code == http.StatusSwitchingProtocols {
+		w.q.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if w.q.status == 0 {
+		w.q.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes,
+// upgrades, deadlines).
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// count records a finished request of a route.
+func (m *metrics) count(q *request) {
+	outcome := q.outcome
+	switch {
+	case outcome != "":
+	case q.status == 0:
+		outcome = outcomeClientGone
+	default:
+		outcome = outcomeUpstream
+	}
+	code := "none"
+	if q.status >= 100 && q.status < 600 {
+		code = string(rune('0'+q.status/100)) + "xx"
+	}
+	m.requests.WithLabelValues(q.route, code, outcome).Inc()
 }
 
 // refusedConns exports a listener's open connections and those it closed

@@ -180,7 +180,11 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeoutCause(ctx, p.settings.total, errTotalTimeout)
 		defer cancel()
 	}
+	start := time.Now()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	if q := requestOf(r); q == nil || q.outcome == "" {
+		p.g.metrics.upstream.WithLabelValues(p.route).Observe(time.Since(start).Seconds())
+	}
 }
 
 // modifyResponse makes a held request drain the upstream's response when
@@ -224,10 +228,13 @@ func (b *drainOnClose) Close() error {
 // out, 502 when it failed otherwise, nothing when the client is gone.
 func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	cause := context.Cause(r.Context())
+	q := requestOf(r)
 	switch {
 	case errors.Is(cause, errHoldExpired) || (p.release == ReleaseOnClientDone && r.Context().Err() != nil && cause == context.Canceled):
+		q.set(outcomeClientGone)
 		return // the client left: nobody to answer
 	case errors.Is(cause, errTotalTimeout) || errors.Is(err, errResponseHeaderTimeout) || isTimeout(err):
+		q.set(outcomeUpstreamTimeout)
 		if cause != nil && errors.Is(cause, errTotalTimeout) {
 			err = cause
 		}
@@ -235,11 +242,14 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"method", r.Method, "path", r.URL.Path, "error", err.Error())
 		httplimit.WriteError(w, r, http.StatusGatewayTimeout, "Gateway Timeout")
 	case isBodyTooLarge(err):
+		q.set(outcomeTooLarge)
 		httplimit.WriteError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 	case errors.Is(err, errBodyTimeout):
+		q.set(outcomeRequestTimeout)
 		w.Header().Set("Connection", "close")
 		httplimit.WriteError(w, r, http.StatusRequestTimeout, "Request Timeout")
 	default:
+		q.set(outcomeUpstreamError)
 		p.g.log.Warn("keycap: upstream failed", "route", p.route, "request_id", r.Header.Get("X-Request-Id"),
 			"method", r.Method, "path", r.URL.Path, "error", err.Error())
 		httplimit.WriteError(w, r, http.StatusBadGateway, "Bad Gateway")
