@@ -446,8 +446,9 @@ func routeOf(r *http.Request) string {
 }
 
 func (h *routeHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	q := &request{route: h.name}
-	w := &recorder{ResponseWriter: rw, q: q}
+	w := &recorder{ResponseWriter: rw, r: request{route: h.name}}
+	q := &w.r
+	w.q = q
 	defer h.metrics.count(q)
 	if h.maxBody > 0 {
 		if r.ContentLength > h.maxBody {

@@ -83,10 +83,12 @@ func requestOf(r *http.Request) *request {
 	return q
 }
 
-// recorder remembers the status a handler writes.
+// recorder remembers the status a handler writes in its request: the two
+// are one allocation per request.
 type recorder struct {
 	http.ResponseWriter
 	q *request
+	r request
 }
 
 func (w *recorder) WriteHeader(code int) {
