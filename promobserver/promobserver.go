@@ -54,12 +54,15 @@ type Observer struct {
 	throttled, exhausted, pauses, held, retries *prometheus.CounterVec
 	pauseLength                                 *prometheus.HistogramVec
 
+	suffix func(keycap.Limit) string // WithLimitSuffix, nil without
+
 	byLimit sync.Map // seriesKey → *series
 }
 
 type seriesKey struct {
 	family keycap.Family
 	name   string
+	suffix string
 	shadow bool
 }
 
@@ -75,10 +78,22 @@ type series struct {
 type Option struct{ apply func(*config) }
 
 type config struct {
+	suffix       func(keycap.Limit) string
 	namespace    string
 	waitBuckets  []float64
 	holdBuckets  []float64
 	pauseBuckets []float64
+}
+
+// WithLimitSuffix tells apart, in the limit label, limits that share a
+// name: the label is the limit's name, then a space and what suffix returns
+// for the limit, when that is not empty. The gateway gives a route's limits
+// their key's source ("reports header:X-User", "reports ip"). suffix runs
+// on every event: it should return a part of the limit's own strings (no
+// allocation) and take few values, never a key's value, which would make a
+// series per key.
+func WithLimitSuffix(suffix func(keycap.Limit) string) Option {
+	return Option{func(c *config) { c.suffix = suffix }}
 }
 
 // WithNamespace replaces the metrics' "keycap" prefix.
@@ -116,6 +131,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: c.namespace, Name: name, Help: help, Buckets: buckets}, labels)
 	}
 	o := &Observer{
+		suffix:   c.suffix,
 		acquired: counter("slots_acquired_total", "Slots granted.", "family", "limit", "shadow"),
 		exceeded: counter("limit_exceeded_total", "Slots refused because the pool was full.", "family", "limit", "shadow"),
 		released: counter("slots_released_total", "Slots released.", "family", "limit", "shadow"),
@@ -146,11 +162,17 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 }
 
 func (o *Observer) series(lim keycap.Limit) *series {
-	k := seriesKey{lim.Family(), lim.Name(), lim.Shadow()}
+	k := seriesKey{family: lim.Family(), name: lim.Name(), shadow: lim.Shadow()}
+	if o.suffix != nil {
+		k.suffix = o.suffix(lim)
+	}
 	if s, ok := o.byLimit.Load(k); ok {
 		return s.(*series)
 	}
 	f, n, sh := k.family.String(), k.name, strconv.FormatBool(k.shadow)
+	if k.suffix != "" {
+		n += " " + k.suffix
+	}
 	s := &series{
 		acquired:    o.acquired.WithLabelValues(f, n, sh),
 		exceeded:    o.exceeded.WithLabelValues(f, n, sh),

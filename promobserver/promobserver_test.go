@@ -135,3 +135,54 @@ func TestRegisteringTwiceFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLimitSuffix: limits that share a name count apart by their suffix,
+// and a limit without one keeps its name.
+func TestLimitSuffix(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := promobserver.New(reg, promobserver.WithLimitSuffix(func(l keycap.Limit) string {
+		src, _, _ := strings.Cut(l.Key(), "=")
+		if src == l.Key() {
+			return ""
+		}
+		return src
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := keycap.NewLimiter(memstore.New(), keycap.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	spec := keycap.Spec{Name: "reports", Max: 1}
+	for _, key := range []string{"user=alice", "user=bob", "ip=203.0.113.7", "plain"} {
+		ls, err := l.Acquire(ctx, spec.For(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.Release()
+	}
+	if _, err := l.Acquire(ctx, spec.For("user=alice")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, spec.For("user=alice")); !errors.Is(err, keycap.ErrLimitExceeded) {
+		t.Fatal(err)
+	}
+	want := `
+# HELP keycap_slots_acquired_total Slots granted.
+# TYPE keycap_slots_acquired_total counter
+keycap_slots_acquired_total{family="app",limit="reports",shadow="false"} 1
+keycap_slots_acquired_total{family="app",limit="reports ip",shadow="false"} 1
+keycap_slots_acquired_total{family="app",limit="reports user",shadow="false"} 3
+# HELP keycap_limit_exceeded_total Slots refused because the pool was full.
+# TYPE keycap_limit_exceeded_total counter
+keycap_limit_exceeded_total{family="app",limit="reports",shadow="false"} 0
+keycap_limit_exceeded_total{family="app",limit="reports ip",shadow="false"} 0
+keycap_limit_exceeded_total{family="app",limit="reports user",shadow="false"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "keycap_slots_acquired_total", "keycap_limit_exceeded_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -166,8 +166,8 @@ func keysOf(r *http.Request) requestKeys {
 
 // keySourceOf returns the source of a key the gateway built (keyer.keys):
 // "header:X-User" of "header:X-User=alice", "ip" of an address,
-// "header:X-User absent" of a request without the header. It names a
-// limit in metrics without its key's value.
+// "header:X-User absent" of a request without the header, "" of any other
+// string. It names a limit in metrics without its key's value.
 func keySourceOf(key string) string {
 	switch {
 	case strings.HasPrefix(key, "ip:"):
@@ -176,6 +176,8 @@ func keySourceOf(key string) string {
 		src, _, _ := strings.Cut(key, " absent, ")
 		return src + " absent"
 	}
-	src, _, _ := strings.Cut(key, "=")
-	return src
+	if src, _, ok := strings.Cut(key, "="); ok {
+		return src
+	}
+	return "" // not a key the gateway builds: no source to name
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/promobserver"
 )
 
@@ -40,7 +41,15 @@ const (
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	k, err := promobserver.New(reg)
+	// A route's limits share its pool's name: the key's source tells them
+	// apart ("reports header:X-User", "reports ip"). A Pusher app's keys
+	// are users: its limit keeps the app's name.
+	k, err := promobserver.New(reg, promobserver.WithLimitSuffix(func(l keycap.Limit) string {
+		if l.Family() != keycap.FamilyApp {
+			return ""
+		}
+		return keySourceOf(l.Key())
+	}))
 	if err != nil {
 		panic(err) // a fresh registry: cannot clash
 	}

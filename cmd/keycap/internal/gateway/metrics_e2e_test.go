@@ -65,6 +65,10 @@ routes:
 		`keycap_gateway_requests_total{code="5xx",outcome="upstream_error",route="down"} 1`,
 		`keycap_gateway_refusals_total{route="api",source="header:X-User"} 3`,
 		`keycap_gateway_upstream_seconds_count{route="api"} 2`,
+		// The route's two limits, apart.
+		`keycap_limit_exceeded_total{family="app",limit="api header:X-User",shadow="false"} 3`,
+		`keycap_slots_acquired_total{family="app",limit="api header:X-User",shadow="false"} 2`,
+		`keycap_slots_acquired_total{family="app",limit="api ip",shadow="false"} 2`,
 	}
 	// The held request is counted once its handler returns, which may be
 	// just after its client has the response.
