@@ -13,8 +13,9 @@ import (
 )
 
 // The scripts of a pool's line — acquire.lua, queue.lua and release.lua,
-// each after line.lua — are also the functions of one Redis Function
-// library, and run as such (FCALL) on Redis 7 and later. A library is
+// each after line.lua — and a parent's (share.lua) are also the functions
+// of one Redis Function library, and run as such (FCALL) on Redis 7 and
+// later. A library is
 // loaded once: a call runs its own body only, where EVALSHA runs line.lua's
 // definitions again at every call (a plain grant costs Redis about a tenth
 // less, a refusal a sixth; BENCHMARKS.md). Before Redis 7, or where functions are refused
@@ -23,13 +24,33 @@ import (
 // its functions' carry a hash of their code, so that stores of two
 // versions of keycap can share one Redis.
 //
-// The other scripts stay scripts (EVALSHA): a parent's (share.lua, whose
-// work dwarfs its definitions), the grants acknowledged by replicas
-// (WithReplicaAcks, whose WAIT dwarfs them) and the rare ones.
+// The other scripts stay scripts (EVALSHA): the grants acknowledged by
+// replicas (WithReplicaAcks, whose WAIT dwarfs the difference), the
+// renewals of a batch (pipelined), and the rare ones.
 
 // linePrologue sets line.lua's keys from the call's, first thing in a
 // script or a function of the line.
 const linePrologue = "slots, line, meta = KEYS[1], KEYS[2], KEYS[3]\n"
+
+// sharePrologue sets share.lua's keys and common arguments, first thing in
+// its script or function.
+const sharePrologue = "leases, meta, waiting, fairq, minq, acct, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]\n" +
+	"op, lines, channel, kid, owner, w = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])\n"
+
+// shareDefs and shareCall are share.lua's definitions and its call;
+// shareSource is share.lua as a script.
+var (
+	shareDefs, shareCall = splitShare()
+	shareSource          = shareDefs + sharePrologue + shareCall
+)
+
+func splitShare() (defs, call string) {
+	defs, call, ok := strings.Cut(shareLua, "\n-- The call.\n")
+	if !ok {
+		panic("redisstore: share.lua has no line \"-- The call.\"")
+	}
+	return defs + "\n", call
+}
 
 var (
 	functionOf = map[*redis.Script]any{} // a script's function's name (boxed once, as a command's argument)
@@ -44,20 +65,44 @@ var (
 )
 
 func buildLibrary() (name, code string) {
-	sum := sha1.Sum([]byte(lineLua + acquireLua + queueLua + releaseLua))
+	sum := sha1.Sum([]byte(lineLua + acquireLua + queueLua + releaseLua + shareLua))
 	name = "keycap_" + hex.EncodeToString(sum[:6])
 	var b strings.Builder
-	fmt.Fprintf(&b, "#!lua name=%s\n%s", name, lineLua)
-	for _, f := range []struct {
-		name, body string
-		script     *redis.Script
-	}{{"acquire", acquireLua, acquireScript}, {"queue", queueLua, queueScript}, {"release", releaseLua, releaseScript}} {
-		fn := name + "_" + f.name
-		fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s%s\nend)\n", fn, linePrologue, f.body)
-		functionOf[f.script] = fn
-		scriptOf[fn] = f.script
+	fmt.Fprintf(&b, "#!lua name=%s\n", name)
+	register := func(fn, prologue, body string, script *redis.Script) {
+		fn = name + "_" + fn
+		fmt.Fprintf(&b, "redis.register_function('%s', function(KEYS, ARGV)\n%s%s\nend)\n", fn, prologue, body)
+		functionOf[script] = fn
+		scriptOf[fn] = script
 	}
+	// Each part's definitions in a block of its own: their locals do not
+	// meet.
+	b.WriteString("do\n" + lineLua)
+	register("acquire", linePrologue, acquireLua, acquireScript)
+	register("queue", linePrologue, queueLua, queueScript)
+	register("release", linePrologue, releaseLua, releaseScript)
+	b.WriteString("end\ndo\n" + shareDefs)
+	register("share", sharePrologue, shareCall, shareScript)
+	b.WriteString("end\n")
 	return name, b.String()
+}
+
+// call runs script on keys with args at once, outside the node's queue (a
+// parent's calls), as its function where it has one and Redis runs
+// functions, loading what Redis lacks and trying once more.
+func (s *Store) call(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.script(script, keys, args...)
+	_ = s.client.Process(ctx, cmd)
+	if s.missing(cmd) {
+		if err := s.loadScripts(ctx); err != nil {
+			cmd.SetErr(fmt.Errorf("loading scripts: %w", err))
+			return cmd
+		}
+		s.fit(cmd)
+		cmd.SetErr(nil)
+		_ = s.client.Process(ctx, cmd)
+	}
+	return cmd
 }
 
 // functions says how a store runs the scripts of a pool's line.
@@ -132,7 +177,8 @@ func (s *Store) fit(cmd redis.Cmder) {
 // loadScripts loads every script, and the library where functions are on,
 // on every node (go-redis's ClusterClient sends SCRIPT LOAD to each node;
 // FUNCTION LOAD goes to each master, whose replicas follow). A library
-// Redis refuses turns functions off.
+// Redis refuses, for whatever reason, turns functions off: the same code
+// runs as scripts.
 func (s *Store) loadScripts(ctx context.Context) error {
 	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript, inspectScript, overridesScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
@@ -148,8 +194,11 @@ func (s *Store) loadScripts(ctx context.Context) error {
 		switch {
 		case err == nil || strings.Contains(err.Error(), "already exists"):
 			return nil
-		case errors.As(err, &re) && (strings.Contains(err.Error(), "unknown") || redis.HasErrorPrefix(err, "NOPERM")):
-			s.functions.turnOff() // the calls that meet it become scripts' (missing)
+		case errors.As(err, &re):
+			// Redis refuses functions (before 7: an unknown command; an
+			// ACL without FUNCTION) or this library: the calls that meet
+			// it become scripts' (missing, fit).
+			s.functions.turnOff()
 			return nil
 		}
 		return err

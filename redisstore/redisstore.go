@@ -96,7 +96,7 @@ var (
 
 	//go:embed share.lua
 	shareLua    string
-	shareScript = redis.NewScript(shareLua)
+	shareScript = redis.NewScript(shareSource)
 )
 
 // Store is a keycap store on Redis.

@@ -292,7 +292,7 @@ func TestLineRunsAsFunctions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(libs) == 1 && len(libs[0].Functions) == 3
+		return len(libs) == 1 && len(libs[0].Functions) == 4
 	}
 	s := newStore(t, c, testenv.Prefix(t, c))
 	pair(s, "first") // loads the library

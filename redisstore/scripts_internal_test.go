@@ -82,7 +82,7 @@ func TestScriptsKeepKeysAlive(t *testing.T) {
 			// share.lua: a parent's leases, meta and accounts live as long
 			// as its longest lease; its set of keys waiting, its queue and
 			// a key's line as long as their longest ticket (and its claim).
-			share := script(shareLua)
+			share := script(shareSource)
 			sp := p + "share:"
 			skeys := []string{sp + "{p}l", sp + "{p}m", sp + "{p}w", sp + "{p}q", sp + "{p}qmin", sp + "{p}a", sp + "{p}i"}
 			lines := sp + "{p}line:"
@@ -158,7 +158,7 @@ func TestSyncFindsEveryGhost(t *testing.T) {
 func TestShareForgetsIdleKeys(t *testing.T) {
 	c := testenv.Redis(t)
 	ctx := context.Background()
-	share := redis.NewScript(shareLua)
+	share := redis.NewScript(shareSource)
 	sp := testenv.Prefix(t, c) + "share:"
 	keys := []string{sp + "{p}l", sp + "{p}m", sp + "{p}w", sp + "{p}q", sp + "{p}qmin", sp + "{p}a", sp + "{p}i"}
 	lines := sp + "{p}line:"

@@ -78,7 +78,7 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 	if s.acks > 0 {
 		reply, wait, err = s.acked(ctx, script, keys, args...)
 	} else if d.HasParent() {
-		reply = script.Run(ctx, s.client, keys, args...)
+		reply = s.call(ctx, script, keys, args...)
 		if err = reply.Err(); err != nil {
 			s.failed(err)
 		}
@@ -140,7 +140,7 @@ func (s *Store) releaseShared(ctx context.Context, d demand, dequeue bool) (bool
 			leave = 1
 		}
 		var res []int64
-		res, err = shareScript.Run(ctx, s.client, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave,
+		res, err = s.call(ctx, shareScript, keys, "give", lines, channel, d.Pool.String(), d.Owner[:], w, leave,
 			ms(d.Shared.Parent.Keep), max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, held(d.Held)).Int64Slice()
 		kept = err == nil && len(res) == 2 && res[1] == 1
 	case dequeue:

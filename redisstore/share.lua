@@ -50,11 +50,15 @@
 --
 -- Slots kept for a key (keycap.WithKeep) are a lease of the zero owner
 -- (keycap.KeptFor), which the key's next caller takes over.
-local leases, meta, waiting, fairq, minq, acct, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+--
+-- What follows is defined once in the function library (Redis 7), and run
+-- at every call as a script (EVALSHA); each call first sets the keys and
+-- the common arguments (sharePrologue in functions.go), then runs the part
+-- after the line "-- The call.".
+local leases, meta, waiting, fairq, minq, acct, idle
+local op, lines, channel, kid, owner, w
 local forget = 10000 -- ms: how long an idle key's account is kept
-local op, lines, channel, kid, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local w = tonumber(ARGV[6])
-local kept = string.rep('\0', 16)
+local kept = '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' -- the zero owner (a function library may not call string.* as it loads)
 
 local function clock()
   local t = redis.call('TIME')
@@ -477,6 +481,7 @@ local function fill(pmax, now)
   end
 end
 
+-- The call.
 if op == 'take' then
   local max, ttl, pmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
