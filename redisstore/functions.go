@@ -15,10 +15,10 @@ import (
 // The scripts of a pool's line — acquire.lua, queue.lua and release.lua,
 // each after line.lua — and a parent's (share.lua) are also the functions
 // of one Redis Function library, and run as such (FCALL) on Redis 7 and
-// later. A library is
-// loaded once: a call runs its own body only, where EVALSHA runs line.lua's
-// definitions again at every call (a plain grant costs Redis about a tenth
-// less, a refusal a sixth; BENCHMARKS.md). Before Redis 7, or where functions are refused
+// later. A library is loaded once: a call runs its own body only, where
+// EVALSHA runs the shared definitions again at every call (a plain grant
+// costs Redis about a tenth less, a refusal a sixth, a parent's decision
+// 6–12 %; BENCHMARKS.md). Before Redis 7, or where functions are refused
 // (an ACL without FUNCTION), the store runs the same code as scripts
 // (EVALSHA), from the first call that finds out. The library's name and
 // its functions' carry a hash of their code, so that stores of two
