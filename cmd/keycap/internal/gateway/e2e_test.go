@@ -346,9 +346,7 @@ routes:
 // TestUpstreamDownIs502WithoutLeakingSlots.
 func TestUpstreamDownIs502WithoutLeakingSlots(t *testing.T) {
 	t.Parallel()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	dead := deadURL(t)
 	g := startGateway(t, fmt.Sprintf(`upstream: %s
 routes:
   - name: all
@@ -584,6 +582,18 @@ pusher:
 	}
 	upstream.Broadcast("presence-room", "hello", `{"msg":"still here"}`)
 	testenv.CheckCapResult(t, node.Result(t, 30*time.Second))
+}
+
+// deadURL returns the URL of a loopback port nothing listens on: an
+// upstream that refuses every connection.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "http://" + ln.Addr().String()
 }
 
 func runBinary(t *testing.T, args ...string) (string, error) {

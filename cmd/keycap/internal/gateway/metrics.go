@@ -118,6 +118,9 @@ func (w *recorder) Write(b []byte) (int, error) {
 // upgrades, deadlines).
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// codeClasses are the code label's values, by a status's first digit.
+var codeClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
 // count records a finished request of a route.
 func (m *metrics) count(q *request) {
 	outcome := q.outcome
@@ -130,7 +133,7 @@ func (m *metrics) count(q *request) {
 	}
 	code := "none"
 	if q.status >= 100 && q.status < 600 {
-		code = string(rune('0'+q.status/100)) + "xx"
+		code = codeClasses[q.status/100-1]
 	}
 	m.requests.WithLabelValues(q.route, code, outcome).Inc()
 }

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,12 +17,7 @@ import (
 func TestRequestMetrics(t *testing.T) {
 	t.Parallel()
 	up := newHeldUpstream(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	dead := deadURL(t)
 	g := startGateway(t, fmt.Sprintf(`upstream: %s
 routes:
   - name: api
