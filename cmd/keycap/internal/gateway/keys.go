@@ -169,15 +169,19 @@ func keysOf(r *http.Request) requestKeys {
 // "header:X-User absent" of a request without the header, "" of any other
 // string. It names a limit in metrics without its key's value.
 func keySourceOf(key string) string {
-	switch {
-	case strings.HasPrefix(key, "ip:"):
+	if strings.HasPrefix(key, "ip:") {
 		return "ip"
-	case strings.Contains(key, " absent, "):
-		src, _, _ := strings.Cut(key, " absent, ")
-		return src + " absent"
 	}
-	if src, _, ok := strings.Cut(key, "="); ok {
-		return src
+	// A source's name has neither "=" nor a space: what follows the first
+	// of them is the client's (a value, an address), never a label.
+	i := strings.IndexAny(key, "= ")
+	switch {
+	case i < 0:
+		return "" // not a key the gateway builds: no source to name
+	case key[i] == '=':
+		return key[:i]
+	case strings.HasPrefix(key[i:], " absent, "):
+		return key[:i] + " absent"
 	}
-	return "" // not a key the gateway builds: no source to name
+	return ""
 }

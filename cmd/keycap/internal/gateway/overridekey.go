@@ -43,8 +43,9 @@ func overrideKey(route *RouteConfig, cip httplimit.ClientIP, key string) (string
 		return refuse("empty")
 	}
 	// A request without a limit's header, cookie or claim counts by its
-	// address under a key of its own (on_missing: ip).
-	if name, ip, ok := strings.Cut(key, " absent, "); ok {
+	// address under a key of its own (on_missing: ip). A source's name has
+	// no "=" nor space, so a value that holds " absent, " is a value.
+	if name, ip, ok := strings.Cut(key, " absent, "); ok && !strings.ContainsAny(name, "= ") {
 		src, err := parseKey(name)
 		if err != nil || !seen[src.String()] || src.kind == "ip" {
 			return refuse("no limit of the route reads " + name)

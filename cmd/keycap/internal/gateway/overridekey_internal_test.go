@@ -31,6 +31,7 @@ func TestOverrideKey(t *testing.T) {
 		{"ip:2001:db8:1:2::/64", "ip:2001:db8:1:2::/64"},
 		{"header:X-User absent, ip:203.0.113.7", "header:X-User absent, ip:203.0.113.7"},
 		{"claim:sub absent, ip:2001:db8::9", "claim:sub absent, ip:2001:db8::/64"},
+		{"header:X-User=a absent, b", "header:X-User=a absent, b"}, // a value, not the absent form
 	} {
 		got, err := overrideKey(route, cip, c.in)
 		if err != nil || got != c.want {
@@ -54,5 +55,25 @@ func TestOverrideKey(t *testing.T) {
 	headerOnly := &RouteConfig{Name: "h", Limits: []LimitConfig{{Key: "header:X-User"}}}
 	if _, err := overrideKey(headerOnly, cip, "ip:203.0.113.7"); err == nil || !strings.Contains(err.Error(), "client's address") {
 		t.Errorf("an address on a route keyed by a header only: %v", err)
+	}
+}
+
+// TestKeySourceOf: a key's source, for a label, never carries what the
+// client sent — a value that looks like the on_missing form included.
+func TestKeySourceOf(t *testing.T) {
+	for key, want := range map[string]string{
+		"header:X-User=alice":                  "header:X-User",
+		"header:X-User=x absent, y":            "header:X-User",
+		"claim:sub=a=b":                        "claim:sub",
+		"ip:203.0.113.7":                       "ip",
+		"ip:2001:db8::/64":                     "ip",
+		"header:X-User absent, ip:203.0.113.7": "header:X-User absent",
+		"header:X-User absent, ip:2001:db8::1": "header:X-User absent",
+		"plain":                                "",
+		"header:X-User something":              "",
+	} {
+		if got := keySourceOf(key); got != want {
+			t.Errorf("keySourceOf(%q) = %q, want %q", key, got, want)
+		}
 	}
 }
