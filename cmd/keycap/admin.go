@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -162,27 +163,65 @@ const overrideUsage = `keycap override: change one key's limit on every gateway 
 (or KEYCAP_ADMIN_TOKEN): the gateway's admin_api.token.
 `
 
-// inspect prints what the gateway's admin page shows.
+// inspect prints what the gateway's admin page shows: the store's figures
+// now, and the last 15 minutes of every gateway given to -admin (their
+// histories added up); with -key, one key's holders and history.
 func inspect(args []string) error {
 	fs := newFlags("inspect")
 	a := newAdminFlags(fs)
-	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	asJSON := fs.Bool("json", false, "print the summary and the history as JSON")
+	route := fs.String("route", "", "only this route's limits (with -key: the key's route)")
+	app := fs.String("app", "", "with -key: the Pusher app whose user to show")
+	key := fs.String("key", "", "show one key: its holders on every gateway, its refusals here")
+	search := fs.String("q", "", "only keys holding this text")
+	sort := fs.String("sort", "refused", "order of the keys: "+strings.Join(gateway.Sorts, ", "))
+	n := fs.Int("n", 10, "keys per limit (at most 1000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("inspect: unexpected argument %q", fs.Arg(0))
+	}
+	addrs := strings.Split(*a.addr, ",")
+	first := adminFlags{addr: &addrs[0], token: a.token}
+	if *key != "" {
+		return inspectKey(first, *route, *app, *key, *asJSON)
+	}
 	var s gateway.Summary
-	if err := a.call(http.MethodGet, "/admin/api/summary", nil, &s); err != nil {
+	if err := first.call(http.MethodGet, "/admin/api/summary", nil, &s); err != nil {
 		return err
 	}
+	q := url.Values{"sort": {*sort}, "n": {fmt.Sprint(*n)}}
+	if *route != "" {
+		q.Set("route", *route)
+	}
+	if *search != "" {
+		q.Set("q", *search)
+	}
+	var hs []gateway.History
+	for _, addr := range addrs {
+		var h gateway.History
+		if err := (adminFlags{addr: &addr, token: a.token}).call(http.MethodGet, "/admin/api/history?"+q.Encode(), nil, &h); err != nil {
+			return err
+		}
+		hs = append(hs, h)
+	}
+	h := gateway.MergeHistories(*sort, *n, hs...)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return enc.Encode(struct {
+			Summary gateway.Summary `json:"summary"`
+			History gateway.History `json:"history"`
+		}{s, h})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "node %s at %s\n\n", s.Node, s.At.Format(time.RFC3339))
-	fmt.Fprintln(tw, "POOL\tMAX\tKEYS\tIN USE\tWAITING\tREFUSALS/S\tBUSIEST")
+	fmt.Fprintln(tw, "POOL\tKEY\tMAX\tKEYS\tIN USE\tWAITING\tAT CAP\tREFUSALS/S\tBUSIEST")
 	for _, l := range s.Limits {
+		if *route != "" && !slices.Contains(l.Routes, *route) {
+			continue
+		}
 		name := l.Pool
 		if l.Shadow {
 			name += " (shadow)"
@@ -191,7 +230,34 @@ func inspect(args []string) error {
 		for _, k := range l.Busiest[:min(len(l.Busiest), 3)] {
 			top = append(top, fmt.Sprintf("%s %d", k.Key, k.Held))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f\t%s\n", name, l.Max, l.Keys, l.InUse, l.Waiting, l.PerSecond, strings.Join(top, ", "))
+		src := l.Source
+		if src == "" {
+			src = "(not seen here)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%s\n", name, src, l.Max, l.Keys, l.InUse, l.Waiting, l.AtCap, l.PerSecond, strings.Join(top, ", "))
+	}
+	if len(h.Routes) > 0 {
+		fmt.Fprintf(tw, "\nLAST 15 MIN (%s)\tREQUESTS\tREFUSED\t502/503/504\tUPSTREAM 5XX\n", h.Node)
+		for _, r := range h.Routes {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", r.Route, sum(r.Requests), sum(r.Refused), sum(r.Failed), sum(r.Upstream))
+		}
+	}
+	for _, l := range h.Limits {
+		if len(l.Keys) == 0 {
+			continue
+		}
+		name := l.Pool + " " + l.Source
+		if l.Shadow {
+			name += " (shadow)"
+		}
+		fmt.Fprintf(tw, "\n%s: %d REFUSED IN 15 MIN\tREFUSED\tLAST REFUSED\tSLOT-TIME\n", name, l.RefusedTotal)
+		for _, k := range l.Keys {
+			last := "-"
+			if k.LastRefused != nil {
+				last = time.Since(*k.LastRefused).Round(time.Second).String() + " ago"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", k.Key, k.Refused, last, (time.Duration(k.SlotSeconds * float64(time.Second))).Round(time.Millisecond))
+		}
 	}
 	if len(s.Apps) > 0 {
 		fmt.Fprintln(tw, "\nAPP\tCAP PER USER\tUSERS\tCONNECTIONS")
@@ -211,6 +277,55 @@ func inspect(args []string) error {
 	}
 	for _, p := range s.Problems {
 		fmt.Fprintln(tw, "problem:", p)
+	}
+	return tw.Flush()
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// inspectKey prints one key: its pools' holders, from the store, and its
+// history on the gateway asked.
+func inspectKey(a adminFlags, route, app, key string, asJSON bool) error {
+	q := url.Values{"key": {key}}
+	if route != "" {
+		q.Set("route", route)
+	}
+	if app != "" {
+		q.Set("app", app)
+	}
+	var rep gateway.KeyReport
+	if err := a.call(http.MethodGet, "/admin/api/key?"+q.Encode(), nil, &rep); err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "key %s\n", rep.Key)
+	for _, p := range rep.Pools {
+		name := p.Pool
+		if p.Shadow {
+			name += " (shadow)"
+		}
+		fmt.Fprintf(tw, "\n%s: %d / %d held\n", name, p.Held, p.Max)
+		fmt.Fprintln(tw, "HOLDER\tWEIGHT\tAGE\tEXPIRES IN\tGATEWAY\tREQUEST")
+		for _, h := range p.Holders {
+			fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%.1fs\t%s\t%s\n", h.Owner, h.Weight, h.Age, h.Expires, h.Node, h.Label)
+		}
+		if len(p.Waiting) > 0 {
+			fmt.Fprintf(tw, "%d waiting\n", len(p.Waiting))
+		}
+	}
+	for _, k := range rep.History {
+		fmt.Fprintf(tw, "\nlast 15 min here: %d refused, %s of slot-time\n", k.Refused, (time.Duration(k.SlotSeconds * float64(time.Second))).Round(time.Millisecond))
 	}
 	return tw.Flush()
 }

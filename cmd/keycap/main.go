@@ -6,7 +6,7 @@
 //	keycap check [-config] keycap.yaml    validate the file and exit
 //	keycap demo [-listen addr]            run the demo upstream alone
 //	keycap try [-url url]                 a greedy client and two polite ones, against a gateway
-//	keycap inspect [-json]                what a gateway's admin page shows: slots, keys, waiters, refusals
+//	keycap inspect [-json] [-key K]       what a gateway's admin page shows: slots, keys, refusals, the last 15 minutes
 //	keycap override set|reset|list        change one key's max or share on every gateway, live
 //	keycap version                        the version, commit and Go that built it
 //	keycap help [command]                 list the commands, or one command's flags
@@ -39,7 +39,7 @@ Usage:
   keycap check [-config] FILE     validate FILE, listing every problem with its line, and exit
   keycap demo [-listen ADDR]      run the demo upstream alone (default 127.0.0.1:8081)
   keycap try [-url URL]           send a greedy client and two polite ones to a gateway
-  keycap inspect [-json]          print what the gateway's admin page shows (needs admin_api.token)
+  keycap inspect [-key K]         print what the gateway's admin page shows (needs admin_api.token)
   keycap override set|reset|list  change one key's max or share on every gateway, live
   keycap version                  print the version, the commit and the Go that built keycap
   keycap help [COMMAND]           this list, or COMMAND's flags
@@ -55,7 +55,7 @@ var synopses = map[string]string{
 	"check":    "[-config] FILE\n\nValidate FILE as serve would load it, listing every problem with its line,\nand exit: 0 when it is valid.",
 	"demo":     "[-listen ADDR]\n\nRun the demo upstream alone: the application examples/gateway.yaml fronts.",
 	"try":      "[-url URL] [-header 'NAME: VALUE']... [-token TOKEN]\n\nSend, at once, a greedy client's requests (alice) and, one after the other,\ntwo polite clients' (bob, carol) to URL, a route capped per X-User, and print\nwhat each got.",
-	"inspect":  "[-json] [-admin URL] [-token TOKEN]\n\nPrint what the gateway's admin page shows: each limit's slots in use, keys,\nwaiters and refusals, and the busiest keys.",
+	"inspect":  "[-json] [-admin URL[,URL…]] [-token TOKEN] [-route R] [-q TEXT] [-sort refused|last|slot|key] [-n N] [-key K]\n\nPrint what the gateway's admin page shows: each limit's slots in use, keys,\nwaiters and refusals now, and over the last 15 minutes each route's requests\nand the keys refused most. Several -admin addresses (one per gateway of the\nstore) add their histories up. -key shows one key: its holders on every\ngateway, with their age, gateway and request ID.",
 	"override": "set|reset|list ...",
 	"version":  "\n\nPrint the version, the commit and the Go that built keycap.",
 }

@@ -31,6 +31,8 @@ import (
 //	GET    /admin/api/overrides     the overrides in force
 //	PUT    /admin/api/overrides     set one: {"route":"api","key":"header:X-User=alice","max":10,"ttl":"1h"}
 //	DELETE /admin/api/overrides     reset one: ?route=api&key=header:X-User=alice
+//	GET    /admin/api/history       this gateway's last 15 minutes (incident.go)
+//	GET    /admin/api/key           one key's pools, holders and history
 
 // adminCookie is the page's cookie, set by POST /admin/login: a value
 // derived from the token (cookieValue), so that a stolen cookie opens the
@@ -56,7 +58,11 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	api("GET /admin/api/overrides", s.apiOverrides)
 	api("PUT /admin/api/overrides", s.apiSetOverride)
 	api("DELETE /admin/api/overrides", s.apiResetOverride)
+	api("GET /admin/api/history", s.apiHistory)
+	api("GET /admin/api/key", s.apiKey)
 	mux.Handle("GET /admin/{$}", s.authorized(true, s.page))
+	mux.Handle("GET /admin/key", s.authorized(true, s.keyPage))
+	mux.Handle("POST /admin/override", http.NewCrossOriginProtection().Handler(s.authorized(true, s.pageOverride)))
 	mux.HandleFunc("GET /admin/login", s.loginForm)
 	mux.HandleFunc("POST /admin/login", s.login)
 }
@@ -139,26 +145,33 @@ type Summary struct {
 	Problems  []string       `json:"problems,omitempty"` // what could not be read (the store failing, say)
 }
 
-// LimitSummary is one limit name (a route's pool) of the gateway: every
-// route that counts in it, its pools across every gateway of the store, and
-// this gateway's refusals.
+// LimitSummary is one limit of the gateway — a route's pool and the source
+// of its keys (a route with a limit per user and one per address has two) —
+// with every route that counts in it, its pools across every gateway of the
+// store, and this gateway's refusals. The keys of a pool with several
+// limits that this gateway has not seen (held through other gateways only)
+// cannot be told apart: they count in a limit of their own, Source "".
 type LimitSummary struct {
 	Pool      string     `json:"pool"`
+	Source    string     `json:"source"` // header:X-User, claim:sub, ip, …; "": keys of the pool no limit can be told for
 	Routes    []string   `json:"routes"`
 	Shadow    bool       `json:"shadow"`
-	Max       string     `json:"max"` // the configured max per key, "3" or "3, 10" for several limits
+	Max       string     `json:"max"` // the configured max per key ("3", or "3, 10" when the routes of the pool differ)
 	Keys      int        `json:"keys"`
 	InUse     int        `json:"in_use"` // slots held, over every key
 	Waiting   int        `json:"waiting"`
+	AtCap     int        `json:"keys_at_cap"` // keys holding their max
 	Busiest   []KeyUsage `json:"busiest"`
 	Refusals  int        `json:"recent_refusals"`     // this gateway's, within the last 10 s
 	PerSecond float64    `json:"refusals_per_second"` // the same, per second
 	Truncated bool       `json:"truncated,omitempty"` // more pools than a summary reads
+
+	src keySource
 }
 
 // KeyUsage is one key's pool.
 type KeyUsage struct {
-	Key        string `json:"key"` // in clear with admin_api.show_keys, else the pool's hash
+	Key        string `json:"key"` // in clear unless admin_api.hash_keys (and known here), else "#" and the pool's hash
 	Held       int    `json:"held"`
 	Max        int    `json:"max"` // -1: unknown (a key this gateway has not seen)
 	Waiting    int    `json:"waiting"`
@@ -233,51 +246,67 @@ func (s *Server) summary(ctx context.Context) Summary {
 	rt := s.gw.router()
 	cfg := rt.cfg
 	lim := rt.backend.limiter
-	show := cfg.AdminAPI.ShowKeys
+	show := !cfg.AdminAPI.HashKeys
 	sum := Summary{Node: frontdoor.Node(lim), At: time.Now().UTC()}
 	problem := func(what string, err error) {
 		sum.Problems = append(sum.Problems, what+": "+err.Error())
 	}
-	pools := map[string]*LimitSummary{}
-	var order []string
-	for _, r := range cfg.Routes {
-		for _, shadow := range []bool{false, true} {
-			var maxes []string
-			for _, l := range r.Limits {
-				if l.Shadow == shadow {
-					maxes = append(maxes, strconv.Itoa(*l.Max))
-				}
-			}
-			if len(maxes) == 0 {
-				continue
-			}
-			id := r.Pool + "\x00" + strconv.FormatBool(shadow)
-			if ls, ok := pools[id]; ok {
-				ls.Routes = append(ls.Routes, r.Name)
-				continue
-			}
-			pools[id] = &LimitSummary{Pool: r.Pool, Routes: []string{r.Name}, Shadow: shadow, Max: strings.Join(maxes, ", ")}
-			order = append(order, id)
-		}
-	}
-	for _, id := range order {
-		ls := pools[id]
-		in := keycap.Inspection{Family: keycap.FamilyApp, Name: ls.Pool, Shadow: ls.Shadow}
+	for _, g := range limitGroups(cfg) {
+		in := keycap.Inspection{Family: keycap.FamilyApp, Name: g.pool, Shadow: g.shadow}
 		reports, rate, truncated, err := inspectAll(ctx, lim, in)
 		if err != nil {
-			problem("limit "+ls.Pool, err)
+			problem("limit "+g.pool, err)
 		}
-		ls.Truncated = truncated
-		ls.PerSecond = rate
-		ls.Refusals = int(rate*refusalWindow.Seconds() + 0.5)
+		seen := s.gw.history.keysOf(g.pool, g.shadow)
 		for _, rep := range reports {
+			key, known := rep.Key, rep.KeyShown
+			if !known {
+				key, known = seen[rep.Pool]
+			}
+			i := slices.IndexFunc(g.limits, func(l LimitSummary) bool { return known && keyFrom(key, l.src) })
+			if i < 0 && len(g.limits) == 1 {
+				i = 0 // the pool's only limit: every key is its
+			}
+			var ls *LimitSummary
+			if i >= 0 {
+				ls = &g.limits[i]
+			} else {
+				if g.unknown == nil {
+					g.unknown = &LimitSummary{Pool: g.pool, Routes: g.limits[0].Routes, Shadow: g.shadow, Source: "", Max: "?"}
+				}
+				ls = g.unknown
+			}
 			ls.Keys++
 			ls.InUse += rep.Held
 			ls.Waiting += len(rep.Waiting)
-			ls.Busiest = append(ls.Busiest, s.usage(rt, ls.Pool, ls.Shadow, rep, show))
+			u := KeyUsage{Key: "#" + rep.Pool.String(), Held: rep.Held, Max: -1, Waiting: len(rep.Waiting)}
+			if known {
+				if show {
+					u.Key = key
+				}
+				if i >= 0 {
+					s.usage(rt, g.pool, g.shadow, key, &u)
+				}
+			}
+			ls.Busiest = append(ls.Busiest, u)
 		}
-		ls.Busiest = busiest(ls.Busiest)
-		sum.Limits = append(sum.Limits, *ls)
+		if g.unknown != nil {
+			g.limits = append(g.limits, *g.unknown)
+		}
+		for i := range g.limits {
+			ls := &g.limits[i]
+			ls.Truncated = truncated
+			ls.AtCap = atCap(ls.Busiest)
+			ls.Busiest = busiest(ls.Busiest)
+			switch perSecond, ok := s.gw.history.recentRate(g.pool, g.shadow, ls.Source); {
+			case ok:
+				ls.PerSecond = perSecond
+			case len(g.limits) == 1:
+				ls.PerSecond = rate // no history: the pool's rate is its only limit's
+			}
+			ls.Refusals = int(ls.PerSecond*refusalWindow.Seconds() + 0.5)
+			sum.Limits = append(sum.Limits, *ls)
+		}
 	}
 	if pc := cfg.Pusher; pc != nil && rt.backend.caps != nil {
 		for _, app := range pc.Apps {
@@ -320,6 +349,62 @@ func (s *Server) summary(ctx context.Context) Summary {
 	return sum
 }
 
+// limitGroup is one pool of the configuration (real or shadow) and its
+// limits, one per key source, in the order the routes give them.
+type limitGroup struct {
+	pool    string
+	shadow  bool
+	limits  []LimitSummary
+	unknown *LimitSummary // the pool's keys that no limit can be told for (a route with several limits)
+}
+
+// limitGroups lists the configuration's limits, grouped by pool.
+func limitGroups(cfg *Config) []*limitGroup {
+	var groups []*limitGroup
+	find := func(pool string, shadow bool) *limitGroup {
+		for _, g := range groups {
+			if g.pool == pool && g.shadow == shadow {
+				return g
+			}
+		}
+		g := &limitGroup{pool: pool, shadow: shadow}
+		groups = append(groups, g)
+		return g
+	}
+	for _, r := range cfg.Routes {
+		for _, l := range r.Limits {
+			src, _ := parseKey(l.Key) // validated
+			g := find(r.Pool, l.Shadow)
+			i := slices.IndexFunc(g.limits, func(ls LimitSummary) bool { return ls.Source == src.String() })
+			if i < 0 {
+				g.limits = append(g.limits, LimitSummary{Pool: r.Pool, Shadow: l.Shadow, Source: src.String(), src: src})
+				i = len(g.limits) - 1
+			}
+			ls := &g.limits[i]
+			if !slices.Contains(ls.Routes, r.Name) {
+				ls.Routes = append(ls.Routes, r.Name)
+			}
+			if m := strconv.Itoa(*l.Max); !slices.Contains(strings.Split(ls.Max, ", "), m) {
+				ls.Max = strings.TrimPrefix(ls.Max+", "+m, ", ")
+			}
+		}
+	}
+	// Routes that share a pool with a different limit each: a shadow
+	// group lists a route once per real route.
+	return groups
+}
+
+// atCap counts the keys at or over their max.
+func atCap(us []KeyUsage) int {
+	n := 0
+	for _, u := range us {
+		if u.Max >= 0 && u.Held >= u.Max {
+			n++
+		}
+	}
+	return n
+}
+
 // inspectAll reads up to summaryPages pages of a limit's pools, and this
 // gateway's refusals per second of it.
 func inspectAll(ctx context.Context, lim *keycap.Limiter, in keycap.Inspection) (pools []keycap.PoolReport, rate float64, truncated bool, err error) {
@@ -340,29 +425,24 @@ func inspectAll(ctx context.Context, lim *keycap.Limiter, in keycap.Inspection) 
 	return pools, rate, true, nil
 }
 
-// usage is one key's line of a limit's summary: its max is the configured
-// one of the limit whose key source the key has, with its override.
-func (s *Server) usage(rt *router, pool string, shadow bool, rep keycap.PoolReport, show bool) KeyUsage {
-	u := KeyUsage{Key: keyOf(rep, show), Held: rep.Held, Max: -1, Waiting: len(rep.Waiting)}
-	if !rep.KeyShown {
-		return u
-	}
+// usage fills in a known key's max: the configured one of the limit whose
+// key source the key has, with its override.
+func (s *Server) usage(rt *router, pool string, shadow bool, key string, u *KeyUsage) {
 	for _, r := range rt.cfg.Routes {
 		if r.Pool != pool {
 			continue
 		}
 		for _, l := range r.Limits {
 			src, _ := parseKey(l.Key)
-			if l.Shadow != shadow || !keyFrom(rep.Key, src) {
+			if l.Shadow != shadow || !keyFrom(key, src) {
 				continue
 			}
-			base := keycap.Spec{Name: pool, Max: *l.Max, Shadow: shadow}.For(rep.Key)
+			base := keycap.Spec{Name: pool, Max: *l.Max, Shadow: shadow}.For(key)
 			eff := rt.backend.limiter.Overridden(base)
 			u.Max, u.Overridden = eff.Max(), eff.Max() != base.Max()
-			return u
+			return
 		}
 	}
-	return u
 }
 
 // keyFrom reports whether key is one the source makes (keys.go).
@@ -490,20 +570,25 @@ func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	show := rt.cfg.AdminAPI.ShowKeys
+	show := !rt.cfg.AdminAPI.HashKeys
 	page := PoolsPage{Next: rep.Next, Pools: []PoolView{}}
 	for _, p := range rep.Pools {
-		pv := PoolView{Key: keyOf(p, show), Held: p.Held, Holders: []HolderView{}, Waiting: []WaiterView{}}
-		for _, h := range p.Holders {
-			pv.Holders = append(pv.Holders, HolderView{Owner: h.Owner.String(), Weight: h.Weight, Age: h.Age.Seconds(),
-				Expires: h.Expires.Seconds(), Node: h.Node, Here: h.Here, Label: h.Label})
-		}
-		for _, wt := range p.Waiting {
-			pv.Waiting = append(pv.Waiting, WaiterView{Owner: wt.Owner.String(), Expires: wt.Expires.Seconds()})
-		}
-		page.Pools = append(page.Pools, pv)
+		page.Pools = append(page.Pools, poolView(p, show))
 	}
 	writeJSON(w, page)
+}
+
+// poolView is one pool as the API shows it.
+func poolView(p keycap.PoolReport, show bool) PoolView {
+	pv := PoolView{Key: keyOf(p, show), Held: p.Held, Holders: []HolderView{}, Waiting: []WaiterView{}}
+	for _, h := range p.Holders {
+		pv.Holders = append(pv.Holders, HolderView{Owner: h.Owner.String(), Weight: h.Weight, Age: h.Age.Seconds(),
+			Expires: h.Expires.Seconds(), Node: h.Node, Here: h.Here, Label: h.Label})
+	}
+	for _, wt := range p.Waiting {
+		pv.Waiting = append(pv.Waiting, WaiterView{Owner: wt.Owner.String(), Expires: wt.Expires.Seconds()})
+	}
+	return pv
 }
 
 func poolOf(cfg *Config, route string) (string, bool) {
@@ -534,7 +619,7 @@ func (s *Server) apiOverrides(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	writeJSON(w, overrideViews(ovs, rt.cfg.AdminAPI.ShowKeys))
+	writeJSON(w, overrideViews(ovs, !rt.cfg.AdminAPI.HashKeys))
 }
 
 // OverrideRequest is the body of PUT /admin/api/overrides.
@@ -558,21 +643,27 @@ func (s *Server) apiSetOverride(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, "invalid override: "+err.Error())
 		return
 	}
+	if status, err := s.setOverride(r, req, "api"); err != nil {
+		adminError(w, status, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// setOverride sets the override req asks for, from the API or the page
+// (by), and logs it; on error, the status to answer.
+func (s *Server) setOverride(r *http.Request, req OverrideRequest, by string) (int, error) {
 	o, err := s.overrideOf(req.Route, req.App, req.Key)
 	if err != nil {
-		adminError(w, http.StatusBadRequest, err.Error())
-		return
+		return http.StatusBadRequest, err
 	}
 	switch {
 	case req.Max == nil && req.Share == 0:
-		adminError(w, http.StatusBadRequest, "give a max or a share (or both): an override that changes neither does nothing")
-		return
+		return http.StatusBadRequest, errors.New("give a max or a share (or both): an override that changes neither does nothing")
 	case req.Max != nil && (*req.Max < 0 || *req.Max > MaxOverride):
-		adminError(w, http.StatusBadRequest, fmt.Sprintf("max %d: must be between 0 (refuse every request of the key) and %d", *req.Max, MaxOverride))
-		return
+		return http.StatusBadRequest, fmt.Errorf("max %d: must be between 0 (refuse every request of the key) and %d", *req.Max, MaxOverride)
 	case req.Share < 0 || req.Share > MaxShare:
-		adminError(w, http.StatusBadRequest, fmt.Sprintf("share %d: must be between 1 and %d (0: unchanged)", req.Share, MaxShare))
-		return
+		return http.StatusBadRequest, fmt.Errorf("share %d: must be between 1 and %d (0: unchanged)", req.Share, MaxShare)
 	}
 	o.Max, o.Share = keycap.KeepMax, req.Share
 	if req.Max != nil {
@@ -581,43 +672,49 @@ func (s *Server) apiSetOverride(w http.ResponseWriter, r *http.Request) {
 	if req.TTL != "" {
 		d, err := time.ParseDuration(req.TTL)
 		if err != nil || d <= 0 {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid ttl %q: a positive duration such as 30m or 2h", req.TTL))
-			return
+			return http.StatusBadRequest, fmt.Errorf("invalid ttl %q: a positive duration such as 30m or 2h", req.TTL)
 		}
 		o.TTL = d
 	}
 	if err := s.gw.router().backend.limiter.SetOverride(r.Context(), o); err != nil {
-		status := http.StatusBadGateway
-		var inv *keycap.InvalidLimitError
-		if errors.As(err, &inv) {
-			status = http.StatusBadRequest
+		if _, ok := errors.AsType[*keycap.InvalidLimitError](err); ok {
+			return http.StatusBadRequest, err
 		}
-		adminError(w, status, err.Error())
-		return
+		return http.StatusBadGateway, err
 	}
 	s.forgetSummary()
 	var maxAttr any = o.Max
 	if o.Max == keycap.KeepMax {
 		maxAttr = "unchanged"
 	}
-	s.log.Info("keycap: override set", "family", o.Family.String(), "name", o.Name, "key", s.logKey(o.Key), "max", maxAttr, "share", o.Share, "ttl", o.TTL)
-	w.WriteHeader(http.StatusNoContent)
+	s.log.Info("keycap: override set", "family", o.Family.String(), "name", o.Name, "key", s.logKey(o),
+		"max", maxAttr, "share", o.Share, "ttl", o.TTL, "by", by, "remote", r.RemoteAddr)
+	return 0, nil
 }
 
 func (s *Server) apiResetOverride(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	o, err := s.overrideOf(q.Get("route"), q.Get("app"), q.Get("key"))
-	if err != nil {
-		adminError(w, http.StatusBadRequest, err.Error())
+	if status, err := s.resetOverride(r, q.Get("route"), q.Get("app"), q.Get("key"), "api"); err != nil {
+		adminError(w, status, err.Error())
 		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resetOverride resets an override, from the API or the page (by), and
+// logs it; on error, the status to answer.
+func (s *Server) resetOverride(r *http.Request, route, app, key, by string) (int, error) {
+	o, err := s.overrideOf(route, app, key)
+	if err != nil {
+		return http.StatusBadRequest, err
 	}
 	if err := s.gw.router().backend.limiter.ResetOverride(r.Context(), o.Family, o.Name, o.Key); err != nil {
-		adminError(w, http.StatusBadGateway, err.Error())
-		return
+		return http.StatusBadGateway, err
 	}
 	s.forgetSummary()
-	s.log.Info("keycap: override reset", "family", o.Family.String(), "name", o.Name, "key", s.logKey(o.Key))
-	w.WriteHeader(http.StatusNoContent)
+	s.log.Info("keycap: override reset", "family", o.Family.String(), "name", o.Name, "key", s.logKey(o),
+		"by", by, "remote", r.RemoteAddr)
+	return 0, nil
 }
 
 // overrideOf names the override of a route's or an app's key: a route's
@@ -646,11 +743,11 @@ func (s *Server) overrideOf(route, app, key string) (keycap.Override, error) {
 	return keycap.Override{Family: keycap.FamilyConn, Name: app, Key: key}, nil
 }
 
-// logKey is an override's key as the log shows it: in clear with
-// admin_api.show_keys, else not at all (a key may be personal data).
-func (s *Server) logKey(key string) string {
-	if s.gw.router().cfg.AdminAPI.ShowKeys {
-		return key
+// logKey is an override's key as the log shows it: in clear, or with
+// admin_api.hash_keys as its pool's hash (a key may be personal data).
+func (s *Server) logKey(o keycap.Override) string {
+	if s.gw.router().cfg.AdminAPI.HashKeys {
+		return "#" + store.PoolOf(byte(o.Family), o.Name, o.Key).String()
 	}
-	return "(hidden: admin_api.show_keys)"
+	return o.Key
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func (u *heldUpstream) hold(t *testing.T, url, user, id string) <-chan int {
 
 func adminConfig(upstream string, extra string) string {
 	return fmt.Sprintf(`upstream: %s
-admin_api: {token: %s, show_keys: true, overrides_refresh: 50ms}
+admin_api: {token: %s, overrides_refresh: 50ms}
 routes:
   - name: api
     path: /
@@ -318,11 +319,12 @@ func TestAdminSummaryShadowAndOverrides(t *testing.T) {
 // TestAdminConfigProblems: a short token and a tiny refresh fail at start-up
 // with their line.
 func TestAdminConfigProblems(t *testing.T) {
-	_, err := gateway.ParseConfig("k.yaml", []byte("upstream: http://127.0.0.1:1\nadmin_api:\n  token: short\n  overrides_refresh: 1ms\n"))
+	_, err := gateway.ParseConfig("k.yaml", []byte("upstream: http://127.0.0.1:1\nadmin_api:\n  token: short\n  overrides_refresh: 1ms\n  show_keys: true\n  history_keys: 1000000\n"))
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"line 3", "admin_api.token", "too short", "line 4", "admin_api.overrides_refresh"} {
+	for _, want := range []string{"line 3", "admin_api.token", "too short", "line 4", "admin_api.overrides_refresh",
+		"line 5", "admin_api.show_keys: removed", "hash_keys: true", "line 6", "admin_api.history_keys: 1000000: from 0"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q lacks %q", err, want)
 		}
@@ -343,7 +345,7 @@ func TestAdminConnectionsAndTheCommandLine(t *testing.T) {
 	pusher := httptest.NewServer(pusherserver.New(nil, testApp))
 	defer pusher.Close()
 	g := startGateway(t, fmt.Sprintf(`upstream: %s
-admin_api: {token: %s, show_keys: true}
+admin_api: {token: %s}
 routes: [{name: api, path: /api/, limits: [{max: 2, key: "header:X-User"}]}]
 pusher:
   upstream: %s
@@ -403,22 +405,26 @@ pusher:
 	}
 }
 
-// TestAdminHidesKeysUnlessAsked: without show_keys, no key appears in clear
-// in any answer of the admin API or on the page, overrides included.
-func TestAdminHidesKeysUnlessAsked(t *testing.T) {
+// TestAdminHashesKeysWhenAsked: with hash_keys, no key appears in clear in
+// any answer of the admin API or on its pages, overrides and history
+// included; a key's page and the page's forms still work by the hash.
+func TestAdminHashesKeysWhenAsked(t *testing.T) {
 	t.Parallel()
 	up := newHeldUpstream(t)
-	g := startGateway(t, strings.Replace(adminConfig(up.URL, ""), "show_keys: true", "show_keys: false", 1))
+	g := startGateway(t, strings.Replace(adminConfig(up.URL, ""), "overrides_refresh: 50ms", "overrides_refresh: 50ms, hash_keys: true", 1))
 	held := up.hold(t, g.proxy, "alice-secret-user", "hidden-1")
 	set := map[string]any{"route": "api", "key": "header:X-User=alice-secret-user", "max": 2}
 	if status, b := adminDo(t, http.MethodPut, g.admin+"/admin/api/overrides", testToken, set); status != http.StatusNoContent {
 		t.Fatalf("PUT override: %d %s", status, b)
 	}
 	s := summaryOf(t, g)
-	if api := limitOf(t, s, "api", false); api.InUse != 1 || len(api.Busiest) != 1 || !strings.HasPrefix(api.Busiest[0].Key, "#") {
+	api := limitOf(t, s, "api", false)
+	if api.InUse != 1 || len(api.Busiest) != 1 || !strings.HasPrefix(api.Busiest[0].Key, "#") {
 		t.Fatalf("api %+v: want one key, shown by its hash", api)
 	}
-	for _, path := range []string{"/admin/api/summary", "/admin/api/pools?route=api", "/admin/api/overrides", "/admin/"} {
+	hash := api.Busiest[0].Key
+	for _, path := range []string{"/admin/api/summary", "/admin/api/pools?route=api", "/admin/api/overrides", "/admin/",
+		"/admin/api/history", "/admin/key?route=api&key=" + url.QueryEscape(hash), "/admin/api/key?route=api&key=" + url.QueryEscape(hash)} {
 		status, b := adminDo(t, http.MethodGet, g.admin+path, testToken, nil)
 		if status != http.StatusOK || bytes.Contains(b, []byte("alice-secret-user")) {
 			t.Fatalf("%s: %d, key in clear: %v", path, status, bytes.Contains(b, []byte("alice-secret-user")))

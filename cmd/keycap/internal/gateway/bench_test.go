@@ -116,6 +116,27 @@ func BenchmarkProxyAfterReload(b *testing.B) {
 	}
 }
 
+// BenchmarkProxyHistory is the admin page's cost on the hot path: a gateway
+// with the admin API on (its history recording every request, slot and
+// refusal) against the same gateway with it off, on memstore (where the
+// gateway's own costs show the most), in alternating rounds: on/off is the
+// ratio of their rates.
+func BenchmarkProxyHistory(b *testing.B) {
+	upstream := benchUpstream(b)
+	const st = "store: {type: memory}\n"
+	off, offSrv := benchGateway(b, st, upstream.URL)
+	defer off.Close()
+	defer offSrv.Close()
+	on, onSrv := benchGateway(b, st+"admin_api: {token: 0123456789abcdef0123}\n", upstream.URL)
+	defer on.Close()
+	defer onSrv.Close()
+	for _, conc := range []int{1, 16} {
+		b.Run(fmt.Sprintf("memstore/clients=%d", conc), func(b *testing.B) {
+			benchVs(b, conc, "off", offSrv.URL, "on", onSrv.URL)
+		})
+	}
+}
+
 // benchPair runs b.N requests against each of bare and gw in alternating
 // rounds, from conc clients.
 func benchPair(b *testing.B, conc int, bare, gw string) {

@@ -51,15 +51,25 @@ type AdminAPIConfig struct {
 	// set, KEYCAP_ADMIN_TOKEN in the environment gives it. Without one, the admin listener serves
 	// only /metrics, /healthz and /readyz.
 	Token string `yaml:"token"`
-	// ShowKeys shows keys in clear (they may be personal data: user IDs,
-	// e-mails, addresses); by default only their hashes.
-	ShowKeys bool `yaml:"show_keys"`
+	// HashKeys shows, on the page, in the API and in the log of an
+	// override, each key as its pool's hash instead of in clear (keys may
+	// be personal data: user IDs, e-mails, addresses). By default a
+	// signed-in admin sees them in clear.
+	HashKeys bool `yaml:"hash_keys"`
+	// HistoryKeys is how many keys of each limit the page's 15-minute
+	// history remembers (default DefaultHistoryKeys; 0: none, the charts
+	// only; -1: no history at all).
+	HistoryKeys *int `yaml:"history_keys"`
 	// OverridesRefresh is how often the gateway reads the store's overrides
 	// (default 1s): an override set on any gateway applies on every one
 	// within it. A reload changes it only with the store section (it is
 	// the store's Limiter's), else at the next start.
 	OverridesRefresh Duration `yaml:"overrides_refresh"`
 }
+
+// MaxHistoryKeys bounds admin_api.history_keys: a table of that many keys
+// per limit takes about 25 MB.
+const MaxHistoryKeys = 100000
 
 // MinAdminToken is the shortest admin token the gateway accepts.
 const MinAdminToken = 16
@@ -324,6 +334,10 @@ func (c *Config) defaults(dir string) {
 		c.Admin = "127.0.0.1:9091"
 	}
 	setDuration(&c.AdminAPI.OverridesRefresh, keycap.DefaultOverrideRefresh)
+	if c.AdminAPI.HistoryKeys == nil {
+		n := DefaultHistoryKeys
+		c.AdminAPI.HistoryKeys = &n
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Duration(30 * time.Second)
 	}
@@ -507,6 +521,9 @@ func (v *validator) validate(c *Config) {
 	}
 	if t := c.AdminAPI.Token; t != "" && len(t) < MinAdminToken {
 		v.errf(p("admin_api", "token"), "too short (%d bytes): at least %d, such as the output of openssl rand -hex 16", len(t), MinAdminToken)
+	}
+	if n := c.AdminAPI.HistoryKeys; n != nil && (*n < -1 || *n > MaxHistoryKeys) {
+		v.errf(p("admin_api", "history_keys"), "%d: from 0 (charts only) to %d keys per limit, or -1 (no history)", *n, MaxHistoryKeys)
 	}
 	if r := c.AdminAPI.OverridesRefresh; r != 0 && time.Duration(r) < 10*time.Millisecond {
 		v.errf(p("admin_api", "overrides_refresh"), "must be at least 10ms, not %s", time.Duration(r))

@@ -203,6 +203,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path []any) {
 	}
 }
 
+// removedFields says what became of the fields an earlier version took.
+var removedFields = map[string]string{
+	"show_keys": "removed: a signed-in admin sees keys in clear by default now; hash_keys: true shows hashes instead",
+}
+
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path []any) {
 	if isNull(n) {
 		return
@@ -226,6 +231,8 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path []any) {
 		p := append(path[:len(path):len(path)], k.Value)
 		idx, ok := fields[k.Value]
 		switch {
+		case !ok && removedFields[k.Value] != "":
+			d.add(k, p, "%s", removedFields[k.Value])
 		case !ok:
 			msg := "unknown field"
 			if near := nearest(k.Value, names); near != "" {

@@ -157,13 +157,16 @@ func (g *gw) signal(t *testing.T, s os.Signal) {
 	}
 }
 
+// testClient bounds every request of a test.
+var testClient = &http.Client{Timeout: 30 * time.Second}
+
 func get(t *testing.T, url string, header ...string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,20 @@ func (g *Gateway) build(cfg *Config, old *router) (*router, error) {
 		}
 		return nil, err
 	}
+	g.history.configure(historyKeys(cfg.AdminAPI))
 	return rt, nil
+}
+
+// historyKeys is the keys per limit the page's history keeps, -1 for none:
+// it runs while the admin API is on.
+func historyKeys(c AdminAPIConfig) int {
+	switch {
+	case c.Token == "":
+		return -1
+	case c.HistoryKeys == nil:
+		return DefaultHistoryKeys
+	}
+	return *c.HistoryKeys
 }
 
 func capsSettings(cfg *Config) capsConfig {
@@ -201,7 +214,7 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 		ho = newHandover(st, old.backend.store)
 		st = ho
 	}
-	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log))),
+	opts := []keycap.Option{keycap.WithObserver(keycap.Observers(g.metrics.keycap, keycap.NewSlogObserver(g.log), g.history)),
 		keycap.WithDecisionBudget(time.Duration(cfg.Store.Budget))}
 	if m := cfg.Store.FailMode; m != keycap.FailDefault {
 		opts = append(opts, keycap.WithDefaultFailMode(m))
@@ -209,8 +222,8 @@ func (g *Gateway) backendFor(cfg *Config, old *router) (*backend, error) {
 	if cfg.Pusher != nil {
 		opts = append(opts, keycap.WithHeartbeat(cc.heartbeat))
 	}
-	// Keys are kept in clear in the process, for the admin API, which shows
-	// them only with admin_api.show_keys.
+	// Keys are kept in clear in the process, for the admin API, which
+	// shows them as hashes with admin_api.hash_keys.
 	opts = append(opts, keycap.WithInspection(keycap.InspectOptions{ShowKeys: true}))
 	if st.Features().Has(store.Overrides) {
 		opts = append(opts, keycap.WithOverrides(time.Duration(cfg.AdminAPI.OverridesRefresh)))
@@ -311,6 +324,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 		h := &routeHandler{
 			name:    r.Name,
 			metrics: g.metrics,
+			history: g.history,
 			keys:    newKeyer(r, cip, verify),
 			maxBody: int64(*r.MaxBody),
 			label:   frontdoor.Labels(rt.backend.limiter),
@@ -357,7 +371,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 		if err != nil {
 			return err
 		}
-		rt.catchAll = &routeHandler{name: "default", metrics: g.metrics, maxBody: int64(*cfg.Server.MaxBody), next: proxy}
+		rt.catchAll = &routeHandler{name: "default", metrics: g.metrics, history: g.history, maxBody: int64(*cfg.Server.MaxBody), next: proxy}
 		if err := handle("default", "/", rt.catchAll); err != nil {
 			return err
 		}
@@ -431,6 +445,7 @@ func isPusherPath(lower string) bool {
 type routeHandler struct {
 	name    string
 	metrics *metrics
+	history *history
 	keys    *keyer // nil for the catch-all
 	maxBody int64
 	label   bool // the limiter keeps labels: give it the request's ID
@@ -445,11 +460,18 @@ func routeOf(r *http.Request) string {
 	return ""
 }
 
+// finish counts a request once the route has answered it.
+func (h *routeHandler) finish(q *request) {
+	outcome := q.result()
+	h.metrics.count(q, outcome)
+	h.history.request(q, outcome)
+}
+
 func (h *routeHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	w := &recorder{ResponseWriter: rw, r: request{route: h.name}}
+	w := &recorder{ResponseWriter: rw, r: request{route: h.name, trace: traceID(r)}}
 	q := &w.r
 	w.q = q
-	defer h.metrics.count(q)
+	defer h.finish(q)
 	if h.maxBody > 0 {
 		if r.ContentLength > h.maxBody {
 			q.set(outcomeTooLarge)
@@ -553,6 +575,7 @@ func ruleFor(r RouteConfig, parents map[string]*keycap.Parent) httplimit.LimitFu
 type Gateway struct {
 	log       *slog.Logger
 	metrics   *metrics
+	history   *history // the admin page's, on while the admin API is
 	transport *http.Transport
 
 	mu      sync.Mutex // serialises Reload
@@ -566,7 +589,7 @@ type Gateway struct {
 
 // New builds a gateway from cfg.
 func New(cfg *Config, log *slog.Logger) (*Gateway, error) {
-	g := &Gateway{log: log, metrics: newMetrics(), transport: newTransport()}
+	g := &Gateway{log: log, metrics: newMetrics(), history: newHistory(), transport: newTransport()}
 	rt, err := g.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -697,4 +720,5 @@ func (rt *router) servesWithoutStore() (http, ws bool) {
 func (g *Gateway) Close() {
 	g.ws.closeAll()
 	g.router().backend.close()
+	g.history.close()
 }

@@ -76,6 +76,15 @@ type request struct {
 	route   string
 	outcome string // "": the upstream answered, or nobody did
 	status  int    // the status written, 0 before
+	trace   string // the sampled trace it belongs to (traceID), "" if none
+}
+
+// traceOf is the trace of a request (q's, else read from r).
+func traceOf(q *request, r *http.Request) string {
+	if q != nil {
+		return q.trace
+	}
+	return traceID(r)
 }
 
 func (q *request) set(outcome string) {
@@ -121,21 +130,29 @@ func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // codeClasses are the code label's values, by a status's first digit.
 var codeClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// count records a finished request of a route.
-func (m *metrics) count(q *request) {
-	outcome := q.outcome
+// result is what became of a finished request: its outcome label.
+func (q *request) result() string {
 	switch {
-	case outcome != "":
+	case q.outcome != "":
+		return q.outcome
 	case q.status == 0:
-		outcome = outcomeClientGone
-	default:
-		outcome = outcomeUpstream
+		return outcomeClientGone
 	}
+	return outcomeUpstream
+}
+
+// count records a finished request of a route with its outcome.
+func (m *metrics) count(q *request, outcome string) {
 	code := "none"
 	if q.status >= 100 && q.status < 600 {
 		code = codeClasses[q.status/100-1]
 	}
-	m.requests.WithLabelValues(q.route, code, outcome).Inc()
+	c := m.requests.WithLabelValues(q.route, code, outcome)
+	if ex := exemplar(q.trace); ex != nil {
+		c.(prometheus.ExemplarAdder).AddWithExemplar(1, ex)
+		return
+	}
+	c.Inc()
 }
 
 // refusedConns exports a listener's open connections and those it closed
@@ -153,5 +170,7 @@ func (m *metrics) refusedConns(listener string, ll *limitListener) {
 }
 
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	// OpenMetrics to a scraper that asks for it (Prometheus does): the
+	// only format that carries exemplars.
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }

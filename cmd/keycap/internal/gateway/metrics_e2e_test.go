@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,8 @@ routes:
 			t.Fatalf("alice's second request: %d, want 429", code)
 		}
 	}
-	if code, _, _ := get(t, g.proxy+"/quick", "X-User", "bob"); code != http.StatusOK {
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736" // bob's request is in a sampled trace
+	if code, _, _ := get(t, g.proxy+"/quick", "X-User", "bob", "Traceparent", "00-"+trace+"-00f067aa0ba902b7-01"); code != http.StatusOK {
 		t.Fatalf("bob: %d, want 200", code)
 	}
 	if code, _, _ := get(t, g.proxy+"/t/x"); code != http.StatusUnauthorized {
@@ -85,6 +87,17 @@ routes:
 	}
 	if strings.Contains(body, "alice") || strings.Contains(body, `source="ip"`) {
 		t.Fatalf("/metrics names a key, or a limit that refused nothing:\n%s", grepLines(body, "keycap_gateway_"))
+	}
+	// A scraper that asks for OpenMetrics (Prometheus does) gets bob's
+	// trace as the exemplar of his latency and of his request's count.
+	_, _, om := get(t, g.admin+"/metrics", "Accept", "application/openmetrics-text; version=1.0.0")
+	for _, re := range []string{
+		`(?m)^keycap_gateway_upstream_seconds_bucket\{route="api",le="[^"]+"\} \d+ # \{trace_id="` + trace + `"\} [0-9.e+-]+ [0-9.e+]+$`,
+		`(?m)^keycap_gateway_requests_total\{code="2xx",outcome="upstream",route="api"\} 2(\.0)? # \{trace_id="` + trace + `"\} 1(\.0)? [0-9.e+]+$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(om) {
+			t.Fatalf("OpenMetrics /metrics has no line matching %s:\n%s", re, grepLines(om, "trace_id"))
+		}
 	}
 }
 

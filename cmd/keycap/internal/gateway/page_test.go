@@ -96,15 +96,6 @@ func TestAdminPageInABrowser(t *testing.T) {
 	if want := "in use 3, keys 2, shadow 2, alice 2/3, bob max 1, override 1"; got != want || node == "" {
 		t.Fatalf("the page shows %q (node %q), want %q", got, node, want)
 	}
-	if path := os.Getenv("KEYCAP_SCREENSHOT"); path != "" {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	up.release.Open()
 	for _, c := range held {
 		testkit.Recv(t, c, 10*time.Second, "a held request")
@@ -119,5 +110,22 @@ func TestAdminPageInABrowser(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("5s after the requests the page shows %s in use (shadow %s), want 0", inUse, shadowInUse)
 		}
+	}
+}
+
+// screenshot saves the browser's page as PNG where the variable env names,
+// for a person to look at (docs/admin-page.png is one).
+func screenshot(t *testing.T, ctx context.Context, env string) {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keycap/keycap/httplimit"
 )
 
@@ -183,7 +185,12 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	if q := requestOf(r); q == nil || q.outcome == "" {
-		p.g.metrics.upstream.WithLabelValues(p.route).Observe(time.Since(start).Seconds())
+		o := p.g.metrics.upstream.WithLabelValues(p.route)
+		if ex := exemplar(traceOf(q, r)); ex != nil {
+			o.(prometheus.ExemplarObserver).ObserveWithExemplar(time.Since(start).Seconds(), ex)
+		} else {
+			o.Observe(time.Since(start).Seconds())
+		}
 	}
 }
 

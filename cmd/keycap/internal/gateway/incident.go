@@ -1,0 +1,644 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/frontdoor"
+	"github.com/keycap/keycap/store"
+)
+
+// The incident page (docs/gateway.md, "The admin API and page"): the
+// store's figures now (Summary) beside this gateway's last 15 minutes
+// (History), a page per key with its holders, and overrides set and reset
+// from the page.
+//
+//	GET  /admin/                 the page; ?route= &q= &sort= &n= &refresh=0
+//	GET  /admin/key              one key: ?route=api&key=header:X-User=alice (or ?app=&key=)
+//	POST /admin/override         the page's forms: set or reset an override (CSRF token)
+//	GET  /admin/api/history      the history, as JSON; the page's query parameters
+//	GET  /admin/api/key          one key's pools, holders and history, as JSON
+
+// PageRefresh is how often the admin page reloads itself (unless
+// ?refresh=0): once per point of its charts.
+const PageRefresh = HistoryStep
+
+// pageCSP is the Content-Security-Policy of the admin pages: no script, no
+// outside resource, forms to the gateway only, never in a frame.
+const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+
+// csrfToken is the token the page's forms carry: derived from the admin
+// token, so a page from elsewhere cannot know it. With the cookie's
+// SameSite=Strict and net/http's CrossOriginProtection, a form posted from
+// another site fails three times over.
+func csrfToken(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("keycap admin form"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// historyQuery reads the page's query parameters.
+func historyQuery(cfg *Config, v url.Values) (HistoryQuery, error) {
+	q := HistoryQuery{Route: v.Get("route"), Search: strings.TrimSpace(v.Get("q")), Sort: v.Get("sort"), Hash: cfg.AdminAPI.HashKeys}
+	if len(q.Search) > 200 {
+		return q, fmt.Errorf("search: at most 200 bytes")
+	}
+	if q.Sort != "" && !slices.Contains(Sorts, q.Sort) {
+		return q, fmt.Errorf("sort %q: one of %s", q.Sort, strings.Join(Sorts, ", "))
+	}
+	if n := v.Get("n"); n != "" {
+		i, err := strconv.Atoi(n)
+		if err != nil || i < 1 || i > 1000 {
+			return q, fmt.Errorf("n %q: from 1 to 1000 keys per limit", n)
+		}
+		q.N = i
+	}
+	if q.Route != "" {
+		pool, ok := poolOf(cfg, q.Route)
+		if !ok {
+			return q, fmt.Errorf("no route %q", q.Route)
+		}
+		q.pools = map[string]bool{pool: true}
+	}
+	return q, nil
+}
+
+func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
+	rt := s.gw.router()
+	q, err := historyQuery(rt.cfg, r.URL.Query())
+	if err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	h := s.gw.history.view(q)
+	h.Node = frontdoor.Node(rt.backend.limiter)
+	writeJSON(w, h)
+}
+
+// clearKey returns the key a pool's hash ("#…", admin_api.hash_keys) stands
+// for, when this gateway's history or an override knows it; other keys as
+// they are.
+func (s *Server) clearKey(ctx context.Context, key string) string {
+	hash, ok := strings.CutPrefix(key, "#")
+	if !ok {
+		return key
+	}
+	if k, ok := s.gw.history.keyOfHash(hash); ok {
+		return k
+	}
+	if ovs, err := s.gw.router().backend.limiter.Overrides(ctx); err == nil {
+		for _, o := range ovs {
+			if o.Pool.String() == hash {
+				return o.Key
+			}
+		}
+	}
+	return key
+}
+
+// pageLimit is one limit on the page: the store's figures and this
+// gateway's history.
+type pageLimit struct {
+	LimitSummary
+	Route        string // the first route of the pool: the key pages' links
+	Chart        template.HTML
+	KeyRows      []pageKey
+	KeysSeen     int
+	KeysDropped  int64
+	RefusedTotal int
+}
+
+// pageKey is one key of a limit's table.
+type pageKey struct {
+	KeyHistory
+	Held, Max int // from the store now; Max -1: unknown
+	Link      string
+}
+
+type pageRoute struct {
+	RouteHistory
+	Chart                               template.HTML
+	Requests, Refused, Failed, Upstream int
+}
+
+type pageData struct {
+	S       Summary
+	Q       HistoryQuery
+	Routes  []string
+	Limits  []pageLimit
+	Traffic []pageRoute
+	Sorts   []string
+	CSRF    string
+	Refresh int // seconds; 0: off
+	Done    string
+	Off     bool
+	Window  string
+	// PoolRoute names a route of each pool: an override's reset form
+	// names its key by route.
+	PoolRoute map[string]string
+}
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	rt := s.gw.router()
+	q, err := historyQuery(rt.cfg, r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	d := pageData{S: s.cachedSummary(ctx), Q: q, Sorts: Sorts, CSRF: csrfToken(s.token()),
+		Refresh: int(PageRefresh / time.Second), Done: r.URL.Query().Get("done"), Window: fmt.Sprintf("%d minutes", int(HistoryWindow/time.Minute))}
+	if r.URL.Query().Get("refresh") == "0" {
+		d.Refresh = 0
+	}
+	d.PoolRoute = map[string]string{}
+	for _, rc := range rt.cfg.Routes {
+		d.Routes = append(d.Routes, rc.Name)
+		if _, ok := d.PoolRoute[rc.Pool]; !ok {
+			d.PoolRoute[rc.Pool] = rc.Name
+		}
+	}
+	h := s.gw.history.view(q)
+	d.Off = h.Off
+	d.Limits, d.Traffic = s.joinHistory(rt.cfg, d.S, h, q)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", pageCSP)
+	if err := incidentTemplate.Execute(w, d); err != nil {
+		s.log.Error("keycap: admin page", "error", err)
+	}
+}
+
+// joinHistory puts each limit's figures now beside its history.
+func (s *Server) joinHistory(cfg *Config, sum Summary, h History, q HistoryQuery) ([]pageLimit, []pageRoute) {
+	var limits []pageLimit
+	for _, ls := range sum.Limits {
+		if q.pools != nil && !q.pools[ls.Pool] {
+			continue
+		}
+		pl := pageLimit{LimitSummary: ls, Route: ls.Routes[0]}
+		live := map[string]KeyUsage{}
+		for _, u := range ls.Busiest {
+			live[u.Key] = u
+		}
+		i := slices.IndexFunc(h.Limits, func(lh LimitHistory) bool {
+			return lh.Family == keycap.FamilyApp.String() && lh.Pool == ls.Pool && lh.Source == ls.Source && lh.Shadow == ls.Shadow
+		})
+		if i >= 0 {
+			lh := h.Limits[i]
+			pl.KeysSeen, pl.KeysDropped, pl.RefusedTotal = lh.KeysSeen, lh.KeysDropped, lh.RefusedTotal
+			pl.Chart = chart(fmt.Sprintf("%s %s: slots in use, waiting and refused over the last %d minutes", ls.Pool, ls.Source, int(HistoryWindow/time.Minute)),
+				chartSeries{name: "in use", color: "#2563eb", points: floats(lh.InUse)},
+				chartSeries{name: "waiting", color: "#d97706", points: lh.Waiting},
+				chartSeries{name: "refused per 5 s", color: "#b42318", bars: true, points: floats(lh.Refused)})
+			for _, k := range lh.Keys {
+				pk := pageKey{KeyHistory: k, Held: -1, Max: -1, Link: keyLink(pl.Route, k.Key)}
+				if u, ok := live[k.Key]; ok {
+					pk.Held, pk.Max = u.Held, u.Max
+				}
+				pl.KeyRows = append(pl.KeyRows, pk)
+			}
+		}
+		limits = append(limits, pl)
+	}
+	var routes []pageRoute
+	for _, rh := range h.Routes {
+		pr := pageRoute{RouteHistory: rh}
+		for i := range rh.Requests {
+			pr.Requests += rh.Requests[i]
+			pr.Refused += rh.Refused[i]
+			pr.Failed += rh.Failed[i]
+			pr.Upstream += rh.Upstream[i]
+		}
+		pr.Chart = chart(fmt.Sprintf("route %s: requests per 5 s over the last %d minutes", rh.Route, int(HistoryWindow/time.Minute)),
+			chartSeries{name: "requests", color: "#2563eb", points: floats(rh.Requests)},
+			chartSeries{name: "refused", color: "#b42318", points: floats(rh.Refused)},
+			chartSeries{name: "502/503/504", color: "#7a2e0e", points: floats(rh.Failed)},
+			chartSeries{name: "upstream 5xx", color: "#9333ea", points: floats(rh.Upstream)})
+		routes = append(routes, pr)
+	}
+	return limits, routes
+}
+
+// keyLink is the address of a key's page.
+func keyLink(route, key string) string {
+	return "/admin/key?" + url.Values{"route": {route}, "key": {key}}.Encode()
+}
+
+// KeyReport is one key: GET /admin/api/key and the key's page.
+type KeyReport struct {
+	Route   string       `json:"route,omitempty"`
+	App     string       `json:"app,omitempty"`
+	Key     string       `json:"key"` // as given, normalised
+	Pools   []KeyPool    `json:"pools"`
+	History []KeyHistory `json:"history"` // per limit of the route that has the key's source: its last 15 minutes here
+}
+
+// KeyPool is the key's pool in one limit (real or shadow), from the store.
+type KeyPool struct {
+	Pool     string       `json:"pool"`
+	Shadow   bool         `json:"shadow"`
+	Max      int          `json:"max"` // with its override; -1 unknown
+	Held     int          `json:"held"`
+	Holders  []HolderView `json:"holders"`
+	Waiting  []WaiterView `json:"waiting"`
+	Override *OverrideView
+}
+
+// keyReport reads one key of a route (or an app): its pools' holders, from
+// the store, and its history here. key may be a pool's hash ("#…") that
+// this gateway's history knows.
+func (s *Server) keyReport(ctx context.Context, route, app, key string) (KeyReport, int, error) {
+	rt := s.gw.router()
+	o, err := s.overrideOf(route, app, s.clearKey(ctx, key))
+	if err != nil {
+		return KeyReport{}, http.StatusBadRequest, err
+	}
+	hash := rt.cfg.AdminAPI.HashKeys
+	rep := KeyReport{Route: route, App: app, Key: o.Key, Pools: []KeyPool{}, History: []KeyHistory{}}
+	if hash {
+		rep.Key = "#" + store.PoolOf(byte(o.Family), o.Name, o.Key).String()
+	}
+	lim := rt.backend.limiter
+	ovs, _ := lim.Overrides(ctx)
+	var ov *OverrideView
+	for _, v := range overrideViews(ovs, true) {
+		if v.Family == o.Family.String() && v.Name == o.Name && v.Key == o.Key {
+			v.Key = rep.Key
+			ov = &v
+		}
+	}
+	for _, shadow := range []bool{false, true} {
+		limitMax := -1
+		if o.Family == keycap.FamilyConn {
+			if shadow {
+				continue
+			}
+			if rt.backend.caps != nil {
+				limitMax = lim.Overridden(connLimit(app, o.Key, rt.backend.caps.CapOf(app))).Max()
+			}
+		} else {
+			u := KeyUsage{Max: -1}
+			s.usage(rt, o.Name, shadow, o.Key, &u)
+			if u.Max < 0 {
+				continue // no limit of that kind reads the key
+			}
+			limitMax = u.Max
+		}
+		pool := keycap.Spec{Name: o.Name, Max: 1, Family: o.Family, Shadow: shadow}.For(o.Key).Pool()
+		kp := KeyPool{Pool: o.Name, Shadow: shadow, Max: limitMax, Holders: []HolderView{}, Waiting: []WaiterView{}, Override: ov}
+		reports, _, _, err := inspectAll(ctx, lim, keycap.Inspection{Family: o.Family, Name: o.Name, Shadow: shadow})
+		if err != nil {
+			return rep, http.StatusBadGateway, err
+		}
+		for _, p := range reports {
+			if p.Pool == pool {
+				pv := poolView(p, !hash)
+				kp.Held, kp.Holders, kp.Waiting = pv.Held, pv.Holders, pv.Waiting
+			}
+		}
+		rep.Pools = append(rep.Pools, kp)
+	}
+	if o.Family == keycap.FamilyApp {
+		h := s.gw.history.view(HistoryQuery{pools: map[string]bool{o.Name: true}, N: 1000, Hash: hash})
+		for _, l := range h.Limits {
+			for _, k := range l.Keys {
+				if k.Key == rep.Key {
+					rep.History = append(rep.History, k)
+				}
+			}
+		}
+	}
+	return rep, 0, nil
+}
+
+func (s *Server) apiKey(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	rep, status, err := s.keyReport(ctx, q.Get("route"), q.Get("app"), q.Get("key"))
+	if err != nil {
+		adminError(w, status, err.Error())
+		return
+	}
+	writeJSON(w, rep)
+}
+
+func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	d := struct {
+		R    KeyReport
+		Err  string
+		CSRF string
+		Back string
+		Done string
+		Raw  string
+	}{CSRF: csrfToken(s.token()), Done: q.Get("done"), Raw: q.Get("key")}
+	rep, status, err := s.keyReport(ctx, q.Get("route"), q.Get("app"), q.Get("key"))
+	d.R = rep
+	d.R.Route, d.R.App = q.Get("route"), q.Get("app")
+	back := r.URL.Query()
+	back.Del("done")
+	d.Back = "/admin/key?" + back.Encode()
+	if err != nil {
+		d.Err = err.Error()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", pageCSP)
+		w.WriteHeader(status)
+	} else {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", pageCSP)
+	}
+	if err := keyTemplate.Execute(w, d); err != nil {
+		s.log.Error("keycap: admin key page", "error", err)
+	}
+}
+
+// maxFormBody bounds a form the page posts.
+const maxFormBody = 16 << 10
+
+// pageOverride serves the page's forms: set or reset an override, then back
+// to the page the form was on, saying what was done (or what was wrong).
+func (s *Server) pageOverride(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "invalid form: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	f := r.PostForm
+	if subtle.ConstantTimeCompare([]byte(f.Get("csrf")), []byte(csrfToken(s.token()))) != 1 {
+		http.Error(w, "the form's token is not this gateway's: reload the page and try again", http.StatusForbidden)
+		return
+	}
+	// Back to the page the form was on: a path of the admin pages only.
+	back, perr := url.Parse(f.Get("back"))
+	if perr != nil || back.Scheme != "" || back.Host != "" || back.User != nil ||
+		(back.Path != "/admin/" && back.Path != "/admin/key") {
+		back = &url.URL{Path: "/admin/"}
+	}
+	key := s.clearKey(r.Context(), f.Get("key"))
+	var done string
+	var err error
+	switch f.Get("action") {
+	case "set":
+		req := OverrideRequest{Route: f.Get("route"), App: f.Get("app"), Key: key, TTL: strings.TrimSpace(f.Get("ttl"))}
+		if m := strings.TrimSpace(f.Get("max")); m != "" {
+			n, perr := strconv.Atoi(m)
+			if perr != nil {
+				err = fmt.Errorf("max %q: a whole number", m)
+			}
+			req.Max = &n
+		}
+		if sh := strings.TrimSpace(f.Get("share")); sh != "" && err == nil {
+			if req.Share, err = strconv.Atoi(sh); err != nil {
+				err = fmt.Errorf("share %q: a whole number", sh)
+			}
+		}
+		if err == nil {
+			_, err = s.setOverride(r, req, "page")
+		}
+		done = "override set"
+	case "reset":
+		_, err = s.resetOverride(r, f.Get("route"), f.Get("app"), key, "page")
+		done = "override reset: the configuration's values apply"
+	default:
+		err = fmt.Errorf("unknown action %q: set or reset", f.Get("action"))
+	}
+	if err != nil {
+		done = "not done: " + err.Error()
+	}
+	q := back.Query()
+	q.Set("done", done)
+	http.Redirect(w, r, (&url.URL{Path: back.Path, RawQuery: q.Encode()}).String(), http.StatusSeeOther)
+}
+
+var pageFuncs = template.FuncMap{
+	"secs": func(f float64) string { return fmt.Sprintf("%.1fs", f) },
+	"rate": func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"maxOf": func(n int) string {
+		if n < 0 {
+			return "?"
+		}
+		return strconv.Itoa(n)
+	},
+	"deref": func(p *int) string {
+		if p == nil {
+			return "—"
+		}
+		return strconv.Itoa(*p)
+	},
+	"ago": func(t *time.Time) string {
+		if t == nil {
+			return "—"
+		}
+		return time.Since(*t).Round(time.Second).String() + " ago"
+	},
+	"dur": func(secs float64) string {
+		return (time.Duration(secs * float64(time.Second))).Round(100 * time.Millisecond).String()
+	},
+	"source": func(s string) string {
+		if s == "" {
+			return "keys not seen here"
+		}
+		return s
+	},
+	"keyLink": keyLink,
+	"appLink": func(app, user string) string {
+		return "/admin/key?" + url.Values{"app": {app}, "key": {user}}.Encode()
+	},
+	"hasPrefix": strings.HasPrefix,
+	"sortLink": func(q HistoryQuery, sort string, refresh int) string {
+		v := url.Values{"sort": {sort}}
+		if q.Route != "" {
+			v.Set("route", q.Route)
+		}
+		if q.Search != "" {
+			v.Set("q", q.Search)
+		}
+		if q.N != 0 {
+			v.Set("n", strconv.Itoa(q.N))
+		}
+		if refresh == 0 {
+			v.Set("refresh", "0")
+		}
+		return "/admin/?" + v.Encode()
+	},
+}
+
+const pageStyle = `<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1d2330; }
+h1 { font-size: 1.3em; margin: 0 0 .2em; } h2 { font-size: 1.05em; margin: 1.6em 0 .4em; } h3 { font-size: 1em; margin: 1.2em 0 .3em; }
+.sub { color: #667; margin-bottom: 1em; }
+table { border-collapse: collapse; min-width: 40em; }
+th, td { text-align: left; padding: .3em .8em; border-bottom: 1px solid #e3e6ec; vertical-align: top; }
+th { background: #f4f6f9; font-weight: 600; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.full { color: #b42318; font-weight: 600; } .shadow { color: #6941c6; }
+.keys, .key { font-family: ui-monospace, monospace; font-size: 12px; }
+.problem, .err { color: #b42318; } .done { color: #067647; }
+.empty { color: #889; }
+.limit { border-top: 2px solid #e3e6ec; margin-top: 1.4em; padding-top: .4em; }
+.figs span { margin-right: 1.4em; } .figs b { font-variant-numeric: tabular-nums; }
+form.inline { display: inline; } input, select, button { font: inherit; }
+a { color: #1d4ed8; }
+</style>`
+
+var incidentTemplate = template.Must(template.New("page").Funcs(pageFuncs).Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+{{if .Refresh}}<meta http-equiv="refresh" content="{{.Refresh}}">{{end}}
+<title>keycap · {{.S.Node}}</title>
+` + pageStyle + `
+</head>
+<body>
+<h1>keycap gateway</h1>
+<div class="sub">node <b data-field="node">{{.S.Node}}</b> · {{.S.At.Format "2006-01-02 15:04:05 UTC"}} ·
+{{if .Refresh}}refreshes every {{.Refresh}}s (<a href="{{sortLink .Q .Q.Sort 0}}">stop</a>){{else}}not refreshing (<a href="{{sortLink .Q .Q.Sort 5}}">refresh</a>){{end}}</div>
+{{with .Done}}<p class="done" data-field="done">{{.}}</p>{{end}}
+{{range .S.Problems}}<p class="problem" data-field="problem">{{.}}</p>{{end}}
+{{if .Off}}<p class="empty">The history is off (admin_api.history_keys: -1): the figures below are the store's, now.</p>{{end}}
+
+<form method="get" action="/admin/" data-form="filter">
+<label>route <select name="route"><option value="">every route</option>{{range .Routes}}<option{{if eq . $.Q.Route}} selected{{end}}>{{.}}</option>{{end}}</select></label>
+<label>key holds <input name="q" value="{{.Q.Search}}" size="24"></label>
+<label>sort by <select name="sort">{{range .Sorts}}<option{{if eq . $.Q.Sort}} selected{{end}}>{{.}}</option>{{end}}</select></label>
+<label>keys per limit <input name="n" value="{{if .Q.N}}{{.Q.N}}{{else}}10{{end}}" size="4"></label>
+{{if not .Refresh}}<input type="hidden" name="refresh" value="0">{{end}}
+<button type="submit">show</button>
+</form>
+
+<h2>Requests per route, last {{.Window}} (this gateway)</h2>
+<table data-table="routes">
+<tr><th>route</th><th>requests</th><th>refused (429)</th><th>502/503/504</th><th>upstream 5xx</th><th>per 5 s</th></tr>
+{{range .Traffic}}<tr data-route="{{.Route}}"><td>{{.Route}}</td><td class="n" data-field="requests">{{.Requests}}</td><td class="n" data-field="refused">{{.Refused}}</td><td class="n" data-field="failed">{{.Failed}}</td><td class="n" data-field="upstream">{{.Upstream}}</td><td>{{.Chart}}</td></tr>
+{{else}}<tr><td colspan="6" class="empty">no requests yet</td></tr>{{end}}
+</table>
+
+<h2>Limits</h2>
+<p class="sub">Now: the store's figures, every gateway's holders. Charts and key tables: this gateway's last {{.Window}}.</p>
+<table data-table="limits">
+<tr><th>pool</th><th>key</th><th>routes</th><th>max per key</th><th>keys</th><th>slots in use</th><th>waiting</th><th>at cap</th><th>refusals/s</th><th>busiest keys now (held / max)</th></tr>
+{{range .Limits}}
+<tr data-pool="{{.Pool}}" data-source="{{.Source}}" data-shadow="{{.Shadow}}">
+<td>{{.Pool}}{{if .Shadow}} <span class="shadow">shadow</span>{{end}}</td>
+<td>{{source .Source}}</td>
+<td>{{range $i, $r := .Routes}}{{if $i}}, {{end}}{{$r}}{{end}}</td>
+<td class="n" data-field="max">{{.Max}}</td>
+<td class="n" data-field="keys">{{.Keys}}</td>
+<td class="n" data-field="in_use">{{.InUse}}</td>
+<td class="n" data-field="waiting">{{.Waiting}}</td>
+<td class="n" data-field="at_cap">{{.AtCap}}</td>
+<td class="n" data-field="refusals_per_second">{{rate .PerSecond}}</td>
+<td class="keys">{{$route := .Route}}{{range .Busiest}}<div data-key="{{.Key}}"{{if and (ge .Max 0) (ge .Held .Max)}} class="full"{{end}}><a href="{{keyLink $route .Key}}" data-field="key">{{.Key}}</a> <span data-field="held">{{.Held}}</span> / <span data-field="key_max">{{maxOf .Max}}</span>{{if .Waiting}} · {{.Waiting}} waiting{{end}}{{if .Overridden}} · overridden{{end}}</div>{{else}}<span class="empty">idle</span>{{end}}{{if .Truncated}}<div class="empty">more keys than shown</div>{{end}}</td>
+</tr>
+{{else}}<tr><td colspan="10" class="empty">no routes with limits</td></tr>{{end}}
+</table>
+
+{{range .Limits}}{{if .Chart}}
+<div class="limit" data-history="{{.Pool}} {{.Source}}{{if .Shadow}} shadow{{end}}">
+<h3>{{.Pool}} · {{source .Source}}{{if .Shadow}} <span class="shadow">shadow</span>{{end}}</h3>
+<div class="figs"><span>refused in {{$.Window}}: <b data-field="refused_total">{{.RefusedTotal}}</b></span><span>keys seen: <b>{{.KeysSeen}}</b></span>{{if .KeysDropped}}<span>keys let go (table full): <b>{{.KeysDropped}}</b></span>{{end}}</div>
+{{.Chart}}
+<table data-table="keys">
+<tr><th><a href="{{sortLink $.Q "key" $.Refresh}}">key</a></th><th><a href="{{sortLink $.Q "refused" $.Refresh}}">refused</a></th><th><a href="{{sortLink $.Q "last" $.Refresh}}">last refused</a></th><th><a href="{{sortLink $.Q "slot" $.Refresh}}">slot-time</a></th><th>held now / max</th></tr>
+{{range .KeyRows}}<tr data-key="{{.Key}}"><td class="key"><a href="{{.Link}}">{{.Key}}</a></td><td class="n" data-field="refused">{{.Refused}}</td><td>{{ago .LastRefused}}</td><td class="n" data-field="slot">{{dur .SlotSeconds}}</td><td class="n">{{if ge .Held 0}}{{.Held}} / {{maxOf .Max}}{{else}}—{{end}}</td></tr>
+{{else}}<tr><td colspan="5" class="empty">no key refused or released{{if $.Q.Search}} matching “{{$.Q.Search}}”{{end}}</td></tr>{{end}}
+</table>
+</div>
+{{end}}{{end}}
+
+{{if .S.Apps}}
+<h2>WebSocket connections, per Pusher app</h2>
+<table data-table="apps">
+<tr><th>app</th><th>cap per user</th><th>users</th><th>connections</th><th>busiest users (connections / cap)</th></tr>
+{{range .S.Apps}}
+<tr data-app="{{.App}}">
+<td>{{.App}}</td>
+<td class="n" data-field="cap">{{.Cap}}</td>
+<td class="n" data-field="users">{{.Users}}</td>
+<td class="n" data-field="connections">{{.Connections}}</td>
+<td class="keys">{{$app := .App}}{{range .Busiest}}<div data-key="{{.Key}}"{{if and (ge .Max 0) (ge .Held .Max)}} class="full"{{end}}><a href="{{appLink $app .Key}}">{{.Key}}</a> <span data-field="held">{{.Held}}</span> / {{maxOf .Max}}</div>{{else}}<span class="empty">none</span>{{end}}</td>
+</tr>
+{{end}}
+</table>
+{{end}}
+
+<h2>Paused APIs</h2>
+<table data-table="pauses">
+<tr><th>API (hash)</th><th>kind</th><th>time left</th></tr>
+{{range .S.Pauses}}<tr data-pause="{{.ID}}"><td class="keys">{{.ID}}</td><td>{{if .Pace}}pace{{else}}pause{{end}}</td><td class="n" data-field="left">{{secs .Left}}</td></tr>
+{{else}}<tr><td colspan="3" class="empty">none</td></tr>{{end}}
+</table>
+
+<h2>Overrides</h2>
+<table data-table="overrides">
+<tr><th>family</th><th>name</th><th>key</th><th>max</th><th>share</th><th>expires in</th><th></th></tr>
+{{range .S.Overrides}}<tr data-override="{{.Name}} {{.Key}}"><td>{{.Family}}</td><td>{{.Name}}</td><td class="keys">{{.Key}}</td><td class="n" data-field="max">{{deref .Max}}</td><td class="n">{{if .Share}}{{.Share}}{{else}}—{{end}}</td><td class="n">{{if .TTL}}{{secs .TTL}}{{else}}never{{end}}</td>
+<td><form class="inline" method="post" action="/admin/override" data-form="reset"><input type="hidden" name="csrf" value="{{$.CSRF}}"><input type="hidden" name="action" value="reset"><input type="hidden" name="key" value="{{.Key}}">{{if eq .Family "conn"}}<input type="hidden" name="app" value="{{.Name}}">{{else}}<input type="hidden" name="route" value="{{index $.PoolRoute .Name}}">{{end}}<input type="hidden" name="back" value="/admin/"><button type="submit">reset</button></form></td></tr>
+{{else}}<tr><td colspan="7" class="empty">none</td></tr>{{end}}
+</table>
+<p class="sub">To set one, open a key (every key above links to its page).</p>
+</body>
+</html>
+`))
+
+var keyTemplate = template.Must(template.New("key").Funcs(pageFuncs).Parse(`<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>keycap · {{.R.Key}}</title>
+` + pageStyle + `
+</head>
+<body>
+<p><a href="/admin/">← the page</a></p>
+<h1>{{if .R.Route}}route {{.R.Route}}{{else}}app {{.R.App}}{{end}} · <span class="key" data-field="key">{{if .R.Key}}{{.R.Key}}{{else}}{{.Raw}}{{end}}</span></h1>
+{{with .Done}}<p class="done" data-field="done">{{.}}</p>{{end}}
+{{with .Err}}<p class="err" data-field="error">{{.}}</p>{{end}}
+{{range .R.Pools}}
+<h2>{{.Pool}}{{if .Shadow}} <span class="shadow">shadow</span>{{end}}: <span data-field="held">{{.Held}}</span> / <span data-field="max">{{maxOf .Max}}</span> held{{if .Override}} (overridden){{end}}</h2>
+<table data-table="holders">
+<tr><th>holder</th><th>weight</th><th>age</th><th>expires in</th><th>gateway</th><th>request</th></tr>
+{{range .Holders}}<tr><td class="keys">{{.Owner}}</td><td class="n">{{.Weight}}</td><td class="n" data-field="age">{{secs .Age}}</td><td class="n">{{secs .Expires}}</td><td>{{.Node}}{{if .Here}} (this one){{end}}</td><td class="keys" data-field="label">{{.Label}}</td></tr>
+{{else}}<tr><td colspan="6" class="empty">no holder</td></tr>{{end}}
+</table>
+{{if .Waiting}}<p>{{len .Waiting}} waiting in line.</p>{{end}}
+{{end}}
+{{if .R.History}}<h2>Last 15 minutes here</h2>
+<table data-table="history"><tr><th>refused</th><th>last refused</th><th>slot-time</th></tr>
+{{range .R.History}}<tr><td class="n" data-field="refused">{{.Refused}}</td><td>{{ago .LastRefused}}</td><td class="n">{{dur .SlotSeconds}}</td></tr>{{end}}
+</table>{{end}}
+{{if .R.Key}}
+<h2>Override</h2>
+<form method="post" action="/admin/override" data-form="set">
+<input type="hidden" name="csrf" value="{{.CSRF}}"><input type="hidden" name="action" value="set">
+<input type="hidden" name="key" value="{{.R.Key}}">{{if .R.Route}}<input type="hidden" name="route" value="{{.R.Route}}">{{else}}<input type="hidden" name="app" value="{{.R.App}}">{{end}}
+<input type="hidden" name="back" value="{{.Back}}">
+<label>max <input name="max" size="6"></label>
+{{if .R.Route}}<label>share <input name="share" size="6"></label>{{end}}
+<label>for <input name="ttl" size="6" placeholder="1h"></label>
+<button type="submit">set</button>
+</form>
+<form method="post" action="/admin/override" data-form="reset">
+<input type="hidden" name="csrf" value="{{.CSRF}}"><input type="hidden" name="action" value="reset">
+<input type="hidden" name="key" value="{{.R.Key}}">{{if .R.Route}}<input type="hidden" name="route" value="{{.R.Route}}">{{else}}<input type="hidden" name="app" value="{{.R.App}}">{{end}}
+<input type="hidden" name="back" value="{{.Back}}">
+<button type="submit">reset to the configuration</button>
+</form>
+<p class="sub">Every gateway of the store applies an override within admin_api.overrides_refresh. Each change is logged with the key{{if hasPrefix .R.Key "#"}} (as its hash: admin_api.hash_keys){{end}}.</p>
+{{end}}
+</body>
+</html>
+`))
