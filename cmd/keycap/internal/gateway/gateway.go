@@ -585,6 +585,7 @@ type Gateway struct {
 	}
 	ws       wsConns
 	inflight atomic.Int64 // requests being served
+	holding  holding      // requests whose client left, held for their upstream
 }
 
 // New builds a gateway from cfg.

@@ -208,10 +208,17 @@ func (s *Server) Shutdown() error {
 		}
 	}
 	requests := s.gw.inflight.Load()
-	for _, srv := range servers {
-		if cut {
+	if cut {
+		// Cut the requests short, and let their handlers return and
+		// release their slots before the store closes: a slot left in a
+		// shared store counts against its key on every gateway until its
+		// TTL. Closing a connection ends its request's context; a request
+		// held for its upstream after its client left ends with the stop.
+		s.gw.holding.stop()
+		for _, srv := range servers {
 			_ = srv.Close()
 		}
+		s.gw.awaitRequests(releaseGrace)
 	}
 	s.wg.Wait()
 	s.gw.Close()
@@ -222,6 +229,18 @@ func (s *Server) Shutdown() error {
 	}
 	s.log.Info("keycap: stopped")
 	return nil
+}
+
+// releaseGrace bounds how long a stop cut short waits for the requests it
+// cut to return and release their slots.
+const releaseGrace = 5 * time.Second
+
+// awaitRequests waits until no request is being served, or d passes.
+func (g *Gateway) awaitRequests(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for g.inflight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (s *Server) closeListeners() {

@@ -24,6 +24,7 @@ var (
 	errResponseHeaderTimeout = errors.New("the upstream sent no response headers in time (timeouts.response_header)")
 	errTotalTimeout          = errors.New("the upstream did not finish in time (timeouts.total)")
 	errHoldExpired           = errors.New("the client left and the upstream did not finish within max_hold")
+	errStopped               = errors.New("the gateway stopped: shutdown_timeout passed")
 )
 
 // upstreamSettings are a route's bounds on its requests to the upstream,
@@ -163,9 +164,13 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel(nil)
 		var mu sync.Mutex
 		var hold *time.Timer
+		var held *heldRequest
 		stop := context.AfterFunc(in, func() {
+			// The client left (or a stop cut its connection): hold on,
+			// but not past max_hold, nor past a stop.
 			mu.Lock()
 			hold = time.AfterFunc(p.maxHold, func() { cancel(errHoldExpired) })
+			held = p.g.holding.add(func() { cancel(errStopped) })
 			mu.Unlock()
 		})
 		defer func() {
@@ -173,6 +178,7 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			if hold != nil {
 				hold.Stop()
+				p.g.holding.remove(held)
 			}
 			mu.Unlock()
 		}()
@@ -237,7 +243,7 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	cause := context.Cause(r.Context())
 	q := requestOf(r)
 	switch {
-	case errors.Is(cause, errHoldExpired) || (p.release == ReleaseOnClientDone && r.Context().Err() != nil && cause == context.Canceled):
+	case errors.Is(cause, errHoldExpired) || errors.Is(cause, errStopped) || (p.release == ReleaseOnClientDone && r.Context().Err() != nil && cause == context.Canceled):
 		q.set(outcomeClientGone)
 		return // the client left: nobody to answer
 	case errors.Is(cause, errTotalTimeout) || errors.Is(err, errResponseHeaderTimeout) || isTimeout(err):
@@ -280,4 +286,51 @@ type slogLogWriter struct{ log *slog.Logger }
 func (w *slogLogWriter) Write(p []byte) (int, error) {
 	w.log.Debug("keycap: proxy: " + string(p))
 	return len(p), nil
+}
+
+// holding is the set of requests whose client left while the upstream
+// still works on them (release: on_upstream_done or auto), each with what
+// ends it: a stop cut short ends them all, so that they release their slots
+// before the process exits. Only requests whose client left are in it.
+type holding struct {
+	mu      sync.Mutex
+	stopped bool
+	set     map[*heldRequest]struct{}
+}
+
+type heldRequest struct{ end func() }
+
+// add registers a held request; once the gateway has stopped, it ends it at
+// once.
+func (h *holding) add(end func()) *heldRequest {
+	hr := &heldRequest{end: end}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		end()
+		return hr
+	}
+	if h.set == nil {
+		h.set = map[*heldRequest]struct{}{}
+	}
+	h.set[hr] = struct{}{}
+	return hr
+}
+
+func (h *holding) remove(hr *heldRequest) {
+	h.mu.Lock()
+	delete(h.set, hr)
+	h.mu.Unlock()
+}
+
+// stop ends every held request, and every one held from now on.
+func (h *holding) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	set := h.set
+	h.set = nil
+	h.mu.Unlock()
+	for hr := range set {
+		hr.end()
+	}
 }
