@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -428,6 +429,32 @@ func TestAdminHashesKeysWhenAsked(t *testing.T) {
 		status, b := adminDo(t, http.MethodGet, g.admin+path, testToken, nil)
 		if status != http.StatusOK || bytes.Contains(b, []byte("alice-secret-user")) {
 			t.Fatalf("%s: %d, key in clear: %v", path, status, bytes.Contains(b, []byte("alice-secret-user")))
+		}
+	}
+	// A hash no key of the route has: refused, naming nothing in clear.
+	status, b := adminDo(t, http.MethodGet, g.admin+"/admin/api/key?route=api&key=%23"+strings.Repeat("ab", 16), testToken, nil)
+	if status != http.StatusBadRequest || bytes.Contains(b, []byte("alice")) || !bytes.Contains(b, []byte("has this hash")) {
+		t.Fatalf("an unknown hash: %d %s", status, b)
+	}
+	// Keys this gateway refused, ordered by their hashes, never by the
+	// keys in clear.
+	for _, u := range []string{"zed-secret", "amy-secret", "mia-secret"} {
+		for range 2 { // the shadow limit (max 1) and then the real one (max 3) would refuse the third
+			_ = up.hold(t, g.proxy, u, u+"-"+fmt.Sprint(time.Now().UnixNano()))
+		}
+	}
+	_, b = adminDo(t, http.MethodGet, g.admin+"/admin/api/history?sort=key&n=1000", testToken, nil)
+	var h gateway.History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range h.Limits {
+		var keys []string
+		for _, k := range l.Keys {
+			keys = append(keys, k.Key)
+		}
+		if !slices.IsSorted(keys) || bytes.Contains(b, []byte("-secret")) {
+			t.Fatalf("history sorted by key under hash_keys: %v (a key in clear: %v)", keys, bytes.Contains(b, []byte("-secret")))
 		}
 	}
 	up.release.Open()

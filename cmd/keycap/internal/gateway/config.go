@@ -68,7 +68,7 @@ type AdminAPIConfig struct {
 }
 
 // MaxHistoryKeys bounds admin_api.history_keys: a table of that many keys
-// per limit takes about 25 MB.
+// per limit takes about 20 MB.
 const MaxHistoryKeys = 100000
 
 // MinAdminToken is the shortest admin token the gateway accepts.

@@ -19,11 +19,11 @@ import (
 // in memory whose bound does not depend on traffic:
 //
 //   - per limit and per route, one step of counters per HistoryStep (180
-//     steps, about 3.6 KB per limit and per route);
+//     steps: 5.8 KB per limit, 4.3 KB per route);
 //   - per limit, a table of the keys it refused or whose slots it released,
 //     with their refusals and slot-time per minute: at most
-//     admin_api.history_keys keys (default DefaultHistoryKeys, about 250
-//     bytes each, measured in BENCHMARKS.md); a new key when the table is
+//     admin_api.history_keys keys (default DefaultHistoryKeys, 204 bytes
+//     each, measured in BENCHMARKS.md); a new key when the table is
 //     full takes the place of the least active of a few sampled ones, as
 //     Redis's LFU eviction does, so a flood of new keys cannot push out
 //     the key that is refused all the time.
@@ -110,8 +110,10 @@ func (h *history) configure(keys int) {
 		return
 	}
 	h.maxKeys.Store(int64(keys))
-	if !h.on.Swap(true) {
-		h.clock.Store(time.Now().UnixNano())
+	h.trim(keys)
+	if !h.on.Load() {
+		h.clock.Store(time.Now().UnixNano()) // before any event can read it
+		h.on.Store(true)
 		t := time.NewTicker(clockTick)
 		done := make(chan struct{})
 		go func() {
@@ -125,6 +127,22 @@ func (h *history) configure(keys int) {
 			}
 		}()
 		h.stopClock = func() { t.Stop(); close(done) }
+	}
+}
+
+// trim brings every table within a new bound: a reload that lowers
+// history_keys frees the memory at once (0: no key at all).
+func (h *history) trim(keys int) {
+	minute := h.now().Unix() / 60
+	for _, lh := range *h.limits.Load() {
+		lh.mu.Lock()
+		if keys == 0 {
+			clear(lh.keys)
+		}
+		for len(lh.keys) > keys {
+			lh.evict(minute)
+		}
+		lh.mu.Unlock()
 	}
 }
 
@@ -409,7 +427,8 @@ type LimitHistory struct {
 
 // KeyHistory is one key of a limit over the window.
 type KeyHistory struct {
-	Key         string     `json:"key"` // in clear unless admin_api.hash_keys, else "#" and the pool's hash
+	Limit       string     `json:"limit,omitempty"` // in a key's report: its limit's source, and "shadow"
+	Key         string     `json:"key"`             // in clear unless admin_api.hash_keys, else "#" and the pool's hash
 	Refused     int        `json:"refused"`
 	LastRefused *time.Time `json:"last_refused,omitempty"`
 	SlotSeconds float64    `json:"slot_seconds"` // the slot-time of its holds that ended in the window
@@ -489,6 +508,9 @@ func (h *history) view(q HistoryQuery) History {
 			}
 			r, held := k.window(minute)
 			kr := keyRank{key: key, pool: k.pool, refused: r, held: held}
+			if q.Hash {
+				kr.key = "#" + k.pool.String() // ordered as shown: never by the key in clear
+			}
 			if k.lastRefused != 0 && now.UnixNano()-k.lastRefused < int64(HistoryWindow) {
 				kr.last = k.lastRefused
 			}
@@ -497,7 +519,7 @@ func (h *history) view(q HistoryQuery) History {
 		v.KeysDropped = lh.dropped
 		lh.mu.Unlock()
 		for _, kr := range best.sorted() {
-			v.Keys = append(v.Keys, kr.history(q.Hash))
+			v.Keys = append(v.Keys, kr.history())
 		}
 		out.Limits = append(out.Limits, v)
 	}
@@ -530,11 +552,8 @@ type keyRank struct {
 	last    int64 // Unix nanoseconds of its last refusal in the window; 0: none
 }
 
-func (k keyRank) history(hash bool) KeyHistory {
+func (k keyRank) history() KeyHistory {
 	kh := KeyHistory{Key: k.key, Refused: k.refused, SlotSeconds: k.held.Seconds()}
-	if hash {
-		kh.Key = "#" + k.pool.String()
-	}
 	if k.last != 0 {
 		t := time.Unix(0, k.last).UTC()
 		kh.LastRefused = &t
@@ -669,7 +688,7 @@ func MergeHistories(sort string, n int, hs ...History) History {
 					InUse: make([]int, historySteps), Waiting: make([]float64, historySteps), Refused: make([]int, historySteps)}
 				limits[id], keys[id] = m, map[string]*KeyHistory{}
 			}
-			for i := shift; i < len(l.InUse) && i-shift < historySteps; i++ {
+			for i := shift; i < min(len(l.InUse), len(l.Waiting), len(l.Refused)) && i-shift < historySteps; i++ {
 				m.InUse[i-shift] += l.InUse[i]
 				m.Waiting[i-shift] += l.Waiting[i]
 				m.Refused[i-shift] += l.Refused[i]
@@ -697,7 +716,7 @@ func MergeHistories(sort string, n int, hs ...History) History {
 					Failed: make([]int, historySteps), Upstream: make([]int, historySteps)}
 				routes[r.Route] = m
 			}
-			for i := shift; i < len(r.Requests) && i-shift < historySteps; i++ {
+			for i := shift; i < min(len(r.Requests), len(r.Refused), len(r.Failed), len(r.Upstream)) && i-shift < historySteps; i++ {
 				m.Requests[i-shift] += r.Requests[i]
 				m.Refused[i-shift] += r.Refused[i]
 				m.Failed[i-shift] += r.Failed[i]
@@ -768,12 +787,16 @@ func (h *history) recentRate(pool string, shadow bool, source string) (perSecond
 	return float64(n) / elapsed.Seconds(), true
 }
 
-// keyOfHash returns the key whose pool's hash is hash, if a table holds it.
-func (h *history) keyOfHash(hash string) (string, bool) {
-	for _, lh := range *h.limits.Load() {
+// keyOfPool returns the key of a limit named name (of family) whose pool
+// (or shadow pool) is id, if a table holds it.
+func (h *history) keyOfPool(family keycap.Family, name string, id store.PoolID) (string, bool) {
+	for lid, lh := range *h.limits.Load() {
+		if lid.family != family || lid.name != name {
+			continue
+		}
 		lh.mu.Lock()
 		for key, k := range lh.keys {
-			if k.pool.String() == hash {
+			if k.pool == id {
 				lh.mu.Unlock()
 				return key, true
 			}
@@ -781,4 +804,37 @@ func (h *history) keyOfHash(hash string) (string, bool) {
 		lh.mu.Unlock()
 	}
 	return "", false
+}
+
+// keyRows returns the history of one key in every limit named name (of
+// family) that has it: one row per limit, its source (and "shadow") in
+// Limit, the key shown as its pool's hash with hash.
+func (h *history) keyRows(family keycap.Family, name, key string, hash bool) []KeyHistory {
+	now := h.now()
+	minute := now.Unix() / 60
+	var out []KeyHistory
+	for id, lh := range *h.limits.Load() {
+		if id.family != family || id.name != name {
+			continue
+		}
+		lh.mu.Lock()
+		if k := lh.keys[key]; k != nil && minute-k.last < int64(keySlots) {
+			r, held := k.window(minute)
+			kr := keyRank{key: key, refused: r, held: held}
+			if hash {
+				kr.key = "#" + k.pool.String()
+			}
+			if k.lastRefused != 0 && now.UnixNano()-k.lastRefused < int64(HistoryWindow) {
+				kr.last = k.lastRefused
+			}
+			row := kr.history()
+			if row.Limit = id.source; id.shadow {
+				row.Limit += " shadow"
+			}
+			out = append(out, row)
+		}
+		lh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b KeyHistory) int { return strings.Compare(a.Limit, b.Limit) })
+	return out
 }

@@ -191,3 +191,18 @@ func TestTopKeepsTheFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryTrimsOnReload: a reload that lowers history_keys frees the
+// keys over the new bound at once; 0 keeps none.
+func TestHistoryTrimsOnReload(t *testing.T) {
+	h, _ := testHistory(100)
+	for i := range 100 {
+		h.Observe(event(keycap.LimitExceeded, "api", fmt.Sprintf("header:X-User=u%d", i), 0))
+	}
+	for _, keys := range []int{10, 0} {
+		h.configure(keys)
+		if v := limitView(t, h.view(HistoryQuery{N: 1000}), "api", "header:X-User"); v.KeysSeen != keys {
+			t.Fatalf("history_keys %d: %d keys kept", keys, v.KeysSeen)
+		}
+	}
+}

@@ -88,24 +88,53 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 // clearKey returns the key a pool's hash ("#…", admin_api.hash_keys) stands
-// for, when this gateway's history or an override knows it; other keys as
-// they are.
-func (s *Server) clearKey(ctx context.Context, key string) string {
+// for among the keys of the route's (or the app's) pool that this gateway's
+// history or an override knows; a key in clear as it is. hashed says the
+// key was given as a hash: an error about it must then not name the key.
+func (s *Server) clearKey(ctx context.Context, route, app, key string) (clear string, hashed bool, err error) {
 	hash, ok := strings.CutPrefix(key, "#")
 	if !ok {
-		return key
+		return key, false, nil
 	}
-	if k, ok := s.gw.history.keyOfHash(hash); ok {
-		return k
+	var id store.PoolID
+	if b, err := hex.DecodeString(hash); err != nil || len(b) != len(id) {
+		return "", true, fmt.Errorf("key %q: not a pool's hash (# and %d hex digits)", key, 2*len(id))
 	}
-	if ovs, err := s.gw.router().backend.limiter.Overrides(ctx); err == nil {
+	_, _ = hex.Decode(id[:], []byte(hash))
+	rt := s.gw.router()
+	family, name := keycap.FamilyConn, app
+	if route != "" {
+		pool, ok := poolOf(rt.cfg, route)
+		if !ok {
+			return "", true, fmt.Errorf("no route %q", route)
+		}
+		family, name = keycap.FamilyApp, pool
+	}
+	if k, ok := s.gw.history.keyOfPool(family, name, id); ok {
+		return k, true, nil
+	}
+	if ovs, err := rt.backend.limiter.Overrides(ctx); err == nil {
 		for _, o := range ovs {
-			if o.Pool.String() == hash {
-				return o.Key
+			if o.Family == family && o.Name == name && o.Pool == id {
+				return o.Key, true, nil
 			}
 		}
 	}
-	return key
+	return "", true, fmt.Errorf("key %s: no key of %s that this gateway has seen has this hash; open it from the page of a gateway that served it, or give the key in clear", key, name)
+}
+
+// overrideOfShown is overrideOf for a key as the pages show it: in clear,
+// or as its pool's hash, whose errors never name the key in clear.
+func (s *Server) overrideOfShown(ctx context.Context, route, app, key string) (keycap.Override, error) {
+	clear, hashed, err := s.clearKey(ctx, route, app, key)
+	if err != nil {
+		return keycap.Override{}, err
+	}
+	o, err := s.overrideOf(route, app, clear)
+	if err != nil && hashed {
+		return o, fmt.Errorf("key %s: not a key of route %q's limits", key, route)
+	}
+	return o, err
 }
 
 // pageLimit is one limit on the page: the store's figures and this
@@ -255,6 +284,9 @@ type KeyPool struct {
 	Holders  []HolderView `json:"holders"`
 	Waiting  []WaiterView `json:"waiting"`
 	Override *OverrideView
+	// Truncated: the limit has more pools than a reading covers (1,000):
+	// the key's may be among those not read.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // keyReport reads one key of a route (or an app): its pools' holders, from
@@ -262,7 +294,7 @@ type KeyPool struct {
 // this gateway's history knows.
 func (s *Server) keyReport(ctx context.Context, route, app, key string) (KeyReport, int, error) {
 	rt := s.gw.router()
-	o, err := s.overrideOf(route, app, s.clearKey(ctx, key))
+	o, err := s.overrideOfShown(ctx, route, app, key)
 	if err != nil {
 		return KeyReport{}, http.StatusBadRequest, err
 	}
@@ -299,10 +331,11 @@ func (s *Server) keyReport(ctx context.Context, route, app, key string) (KeyRepo
 		}
 		pool := keycap.Spec{Name: o.Name, Max: 1, Family: o.Family, Shadow: shadow}.For(o.Key).Pool()
 		kp := KeyPool{Pool: o.Name, Shadow: shadow, Max: limitMax, Holders: []HolderView{}, Waiting: []WaiterView{}, Override: ov}
-		reports, _, _, err := inspectAll(ctx, lim, keycap.Inspection{Family: o.Family, Name: o.Name, Shadow: shadow})
+		reports, _, truncated, err := inspectAll(ctx, lim, keycap.Inspection{Family: o.Family, Name: o.Name, Shadow: shadow})
 		if err != nil {
 			return rep, http.StatusBadGateway, err
 		}
+		kp.Truncated = truncated
 		for _, p := range reports {
 			if p.Pool == pool {
 				pv := poolView(p, !hash)
@@ -311,16 +344,7 @@ func (s *Server) keyReport(ctx context.Context, route, app, key string) (KeyRepo
 		}
 		rep.Pools = append(rep.Pools, kp)
 	}
-	if o.Family == keycap.FamilyApp {
-		h := s.gw.history.view(HistoryQuery{pools: map[string]bool{o.Name: true}, N: 1000, Hash: hash})
-		for _, l := range h.Limits {
-			for _, k := range l.Keys {
-				if k.Key == rep.Key {
-					rep.History = append(rep.History, k)
-				}
-			}
-		}
-	}
+	rep.History = append(rep.History, s.gw.history.keyRows(o.Family, o.Name, o.Key, hash)...)
 	return rep, 0, nil
 }
 
@@ -390,11 +414,12 @@ func (s *Server) pageOverride(w http.ResponseWriter, r *http.Request) {
 		(back.Path != "/admin/" && back.Path != "/admin/key") {
 		back = &url.URL{Path: "/admin/"}
 	}
-	key := s.clearKey(r.Context(), f.Get("key"))
+	shown := f.Get("key")
+	key, hashed, err := s.clearKey(r.Context(), f.Get("route"), f.Get("app"), shown)
 	var done string
-	var err error
-	switch f.Get("action") {
-	case "set":
+	switch action := f.Get("action"); {
+	case err != nil:
+	case action == "set":
 		req := OverrideRequest{Route: f.Get("route"), App: f.Get("app"), Key: key, TTL: strings.TrimSpace(f.Get("ttl"))}
 		if m := strings.TrimSpace(f.Get("max")); m != "" {
 			n, perr := strconv.Atoi(m)
@@ -412,14 +437,18 @@ func (s *Server) pageOverride(w http.ResponseWriter, r *http.Request) {
 			_, err = s.setOverride(r, req, "page")
 		}
 		done = "override set"
-	case "reset":
+	case action == "reset":
 		_, err = s.resetOverride(r, f.Get("route"), f.Get("app"), key, "page")
 		done = "override reset: the configuration's values apply"
 	default:
-		err = fmt.Errorf("unknown action %q: set or reset", f.Get("action"))
+		err = fmt.Errorf("unknown action %q: set or reset", action)
 	}
 	if err != nil {
-		done = "not done: " + err.Error()
+		msg := err.Error()
+		if hashed { // the key was given as its hash: never name it in clear
+			msg = strings.ReplaceAll(strings.ReplaceAll(msg, strconv.Quote(key), shown), key, shown)
+		}
+		done = "not done: " + msg
 	}
 	q := back.Query()
 	q.Set("done", done)
@@ -589,7 +618,7 @@ var incidentTemplate = template.Must(template.New("page").Funcs(pageFuncs).Parse
 <table data-table="overrides">
 <tr><th>family</th><th>name</th><th>key</th><th>max</th><th>share</th><th>expires in</th><th></th></tr>
 {{range .S.Overrides}}<tr data-override="{{.Name}} {{.Key}}"><td>{{.Family}}</td><td>{{.Name}}</td><td class="keys">{{.Key}}</td><td class="n" data-field="max">{{deref .Max}}</td><td class="n">{{if .Share}}{{.Share}}{{else}}—{{end}}</td><td class="n">{{if .TTL}}{{secs .TTL}}{{else}}never{{end}}</td>
-<td><form class="inline" method="post" action="/admin/override" data-form="reset"><input type="hidden" name="csrf" value="{{$.CSRF}}"><input type="hidden" name="action" value="reset"><input type="hidden" name="key" value="{{.Key}}">{{if eq .Family "conn"}}<input type="hidden" name="app" value="{{.Name}}">{{else}}<input type="hidden" name="route" value="{{index $.PoolRoute .Name}}">{{end}}<input type="hidden" name="back" value="/admin/"><button type="submit">reset</button></form></td></tr>
+<td>{{if or (eq .Family "conn") (index $.PoolRoute .Name)}}<form class="inline" method="post" action="/admin/override" data-form="reset"><input type="hidden" name="csrf" value="{{$.CSRF}}"><input type="hidden" name="action" value="reset"><input type="hidden" name="key" value="{{.Key}}">{{if eq .Family "conn"}}<input type="hidden" name="app" value="{{.Name}}">{{else}}<input type="hidden" name="route" value="{{index $.PoolRoute .Name}}">{{end}}<input type="hidden" name="back" value="/admin/"><button type="submit">reset</button></form>{{else}}<span class="empty" title="no route of this configuration counts in this pool">keycap override reset</span>{{end}}</td></tr>
 {{else}}<tr><td colspan="7" class="empty">none</td></tr>{{end}}
 </table>
 <p class="sub">To set one, open a key (every key above links to its page).</p>
@@ -612,13 +641,13 @@ var keyTemplate = template.Must(template.New("key").Funcs(pageFuncs).Parse(`<!do
 <table data-table="holders">
 <tr><th>holder</th><th>weight</th><th>age</th><th>expires in</th><th>gateway</th><th>request</th></tr>
 {{range .Holders}}<tr><td class="keys">{{.Owner}}</td><td class="n">{{.Weight}}</td><td class="n" data-field="age">{{secs .Age}}</td><td class="n">{{secs .Expires}}</td><td>{{.Node}}{{if .Here}} (this one){{end}}</td><td class="keys" data-field="label">{{.Label}}</td></tr>
-{{else}}<tr><td colspan="6" class="empty">no holder</td></tr>{{end}}
+{{else}}<tr><td colspan="6" class="empty">no holder{{if .Truncated}} found in the first 1,000 pools of the limit (it has more){{end}}</td></tr>{{end}}
 </table>
 {{if .Waiting}}<p>{{len .Waiting}} waiting in line.</p>{{end}}
 {{end}}
 {{if .R.History}}<h2>Last 15 minutes here</h2>
-<table data-table="history"><tr><th>refused</th><th>last refused</th><th>slot-time</th></tr>
-{{range .R.History}}<tr><td class="n" data-field="refused">{{.Refused}}</td><td>{{ago .LastRefused}}</td><td class="n">{{dur .SlotSeconds}}</td></tr>{{end}}
+<table data-table="history"><tr><th>limit</th><th>refused</th><th>last refused</th><th>slot-time</th></tr>
+{{range .R.History}}<tr><td>{{.Limit}}</td><td class="n" data-field="refused">{{.Refused}}</td><td>{{ago .LastRefused}}</td><td class="n">{{dur .SlotSeconds}}</td></tr>{{end}}
 </table>{{end}}
 {{if .R.Key}}
 <h2>Override</h2>
