@@ -389,8 +389,6 @@ func limitGroups(cfg *Config) []*limitGroup {
 			}
 		}
 	}
-	// Routes that share a pool with a different limit each: a shadow
-	// group lists a route once per real route.
 	return groups
 }
 

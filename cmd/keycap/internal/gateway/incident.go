@@ -91,16 +91,17 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 // for among the keys of the route's (or the app's) pool that this gateway's
 // history or an override knows; a key in clear as it is. hashed says the
 // key was given as a hash: an error about it must then not name the key.
-func (s *Server) clearKey(ctx context.Context, route, app, key string) (clear string, hashed bool, err error) {
+func (s *Server) clearKey(ctx context.Context, route, app, key string) (plain string, hashed bool, err error) {
 	hash, ok := strings.CutPrefix(key, "#")
 	if !ok {
 		return key, false, nil
 	}
 	var id store.PoolID
-	if b, err := hex.DecodeString(hash); err != nil || len(b) != len(id) {
+	b, err := hex.DecodeString(hash)
+	if err != nil || len(b) != len(id) {
 		return "", true, fmt.Errorf("key %q: not a pool's hash (# and %d hex digits)", key, 2*len(id))
 	}
-	_, _ = hex.Decode(id[:], []byte(hash))
+	copy(id[:], b)
 	rt := s.gw.router()
 	family, name := keycap.FamilyConn, app
 	if route != "" {
@@ -126,11 +127,11 @@ func (s *Server) clearKey(ctx context.Context, route, app, key string) (clear st
 // overrideOfShown is overrideOf for a key as the pages show it: in clear,
 // or as its pool's hash, whose errors never name the key in clear.
 func (s *Server) overrideOfShown(ctx context.Context, route, app, key string) (keycap.Override, error) {
-	clear, hashed, err := s.clearKey(ctx, route, app, key)
+	plain, hashed, err := s.clearKey(ctx, route, app, key)
 	if err != nil {
 		return keycap.Override{}, err
 	}
-	o, err := s.overrideOf(route, app, clear)
+	o, err := s.overrideOf(route, app, plain)
 	if err != nil && hashed {
 		return o, fmt.Errorf("key %s: not a key of route %q's limits", key, route)
 	}
@@ -277,13 +278,13 @@ type KeyReport struct {
 
 // KeyPool is the key's pool in one limit (real or shadow), from the store.
 type KeyPool struct {
-	Pool     string       `json:"pool"`
-	Shadow   bool         `json:"shadow"`
-	Max      int          `json:"max"` // with its override; -1 unknown
-	Held     int          `json:"held"`
-	Holders  []HolderView `json:"holders"`
-	Waiting  []WaiterView `json:"waiting"`
-	Override *OverrideView
+	Pool     string        `json:"pool"`
+	Shadow   bool          `json:"shadow"`
+	Max      int           `json:"max"` // with its override; -1 unknown
+	Held     int           `json:"held"`
+	Holders  []HolderView  `json:"holders"`
+	Waiting  []WaiterView  `json:"waiting"`
+	Override *OverrideView `json:"override,omitempty"`
 	// Truncated: the limit has more pools than a reading covers (1,000):
 	// the key's may be among those not read.
 	Truncated bool `json:"truncated,omitempty"`
@@ -291,7 +292,7 @@ type KeyPool struct {
 
 // keyReport reads one key of a route (or an app): its pools' holders, from
 // the store, and its history here. key may be a pool's hash ("#…") that
-// this gateway's history knows.
+// this gateway's history or an override knows.
 func (s *Server) keyReport(ctx context.Context, route, app, key string) (KeyReport, int, error) {
 	rt := s.gw.router()
 	o, err := s.overrideOfShown(ctx, route, app, key)
