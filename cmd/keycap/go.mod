@@ -7,6 +7,7 @@ require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/coder/websocket v1.8.15
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/keycap/keycap v0.0.0-00010101000000-000000000000
 	github.com/keycap/keycap/internal/pusherserver v0.0.0-00010101000000-000000000000

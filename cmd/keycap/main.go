@@ -51,7 +51,7 @@ The configuration reference is docs/gateway.md.
 // synopses are what keycap help COMMAND says of each command, after its
 // name.
 var synopses = map[string]string{
-	"serve":    "[-config] FILE\n\nServe the gateway configured by FILE (default keycap.yaml). SIGHUP reloads FILE\n(a bad file keeps the configuration in force), SIGTERM and SIGINT drain and stop.",
+	"serve":    "[-watch] [-config] FILE\n\nServe the gateway configured by FILE (default keycap.yaml). SIGHUP reloads FILE\n(a bad file keeps the configuration in force), and so does a change with -watch.\nSIGTERM and SIGINT drain (/readyz 503 for shutdown_delay) and stop.",
 	"check":    "[-config] FILE\n\nValidate FILE as serve would load it, listing every problem with its line,\nand exit: 0 when it is valid.",
 	"demo":     "[-listen ADDR]\n\nRun the demo upstream alone: the application examples/gateway.yaml fronts.",
 	"try":      "[-url URL] [-header 'NAME: VALUE']... [-token TOKEN]\n\nSend, at once, a greedy client's requests (alice) and, one after the other,\ntwo polite clients' (bob, carol) to URL, a route capped per X-User, and print\nwhat each got.",
@@ -146,9 +146,13 @@ func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "-
 
 // configFlag parses the flags of serve and check: the configuration file,
 // given as -config FILE or as the one argument.
-func configFlag(name string, args []string) (string, error) {
+// extra declares the command's other flags.
+func configFlag(name string, args []string, extra ...func(*flag.FlagSet)) (string, error) {
 	flags := newFlags(name)
 	file := flags.String("config", "keycap.yaml", "configuration file (or give it as the argument)")
+	for _, f := range extra {
+		f(flags)
+	}
 	if err := flags.Parse(args); err != nil {
 		return "", err
 	}
@@ -169,7 +173,10 @@ func configFlag(name string, args []string) (string, error) {
 }
 
 func serve(args []string) error {
-	file, err := configFlag("serve", args)
+	var watch bool
+	file, err := configFlag("serve", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&watch, "watch", false, "reload when the configuration file (or a key file it names) changes, as SIGHUP does:\nfor a Kubernetes ConfigMap or Secret mounted as a volume")
+	})
 	if err != nil {
 		return err
 	}
@@ -182,12 +189,20 @@ func serve(args []string) error {
 		return err
 	}
 	redis.SetLogger(gateway.RedisLogger(s.Logger())) // the binary's own global, not the package's
+	if watch {
+		stop, err := s.Watch()
+		if err != nil { // as a bad file would: stop before serving for long
+			_ = s.Shutdown()
+			return fmt.Errorf("-watch %s: %w", file, err)
+		}
+		defer stop()
+	}
 	for got := range sig {
 		if got == syscall.SIGHUP {
 			_ = s.Reload() // a bad file keeps the old configuration; the log says why
 			continue
 		}
-		return s.Shutdown()
+		return s.Drain(sig) // a second SIGTERM or SIGINT cuts shutdown_delay short
 	}
 	return nil
 }

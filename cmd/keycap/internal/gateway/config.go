@@ -32,6 +32,7 @@ type Config struct {
 	Upstream        string         `yaml:"upstream"`
 	DemoUpstream    string         `yaml:"demo_upstream"`
 	ShutdownTimeout Duration       `yaml:"shutdown_timeout"`
+	ShutdownDelay   Duration       `yaml:"shutdown_delay"`
 	Log             LogConfig      `yaml:"log"`
 	Server          ServerConfig   `yaml:"server"`
 	Timeouts        TimeoutsConfig `yaml:"timeouts"`
@@ -538,6 +539,7 @@ func (v *validator) validate(c *Config) {
 	default:
 		v.errf(p("log", "format"), "invalid format %q: json or text", c.Log.Format)
 	}
+	v.nonNegative(p("shutdown_delay"), c.ShutdownDelay)
 	if c.ShutdownTimeout < 0 {
 		v.errf(p("shutdown_timeout"), "must be positive")
 	}

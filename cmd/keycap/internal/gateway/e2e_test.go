@@ -72,10 +72,10 @@ func startGateway(t *testing.T, config string) *gw {
 }
 
 // runGateway starts the binary on a configuration file whose proxy and admin
-// addresses are port 0, returning once it listens.
-func runGateway(t *testing.T, file string) *gw {
+// addresses are port 0, with serve's flags, returning once it listens.
+func runGateway(t *testing.T, file string, flags ...string) *gw {
 	t.Helper()
-	cmd := exec.Command(binary, "-config", file)
+	cmd := exec.Command(binary, append([]string{"serve", "-config", file}, flags...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -655,10 +655,11 @@ func (g *Gateway) Reload(cfg *Config) error {
 // Readiness is what /readyz answers: whether the gateway should receive
 // traffic, and why.
 type Readiness struct {
-	Ready bool   `json:"ready"`
-	Store string `json:"store"`            // "up", or why it is not
-	HTTP  string `json:"http"`             // serving, or refusing (capped routes failing closed)
-	WS    string `json:"pusher,omitempty"` // serving, or refusing new connections
+	Ready    bool   `json:"ready"`
+	Draining bool   `json:"draining,omitempty"` // stopping: shutdown_delay runs, then the listeners close
+	Store    string `json:"store,omitempty"`    // "up", or why it is not
+	HTTP     string `json:"http,omitempty"`     // serving, or refusing (capped routes failing closed)
+	WS       string `json:"pusher,omitempty"`   // serving, or refusing new connections
 }
 
 // Ready reports whether the gateway can serve. It is ready while its store

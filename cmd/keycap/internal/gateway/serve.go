@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keycap/keycap/httplimit"
@@ -25,10 +27,13 @@ type Server struct {
 
 	adminAddr string // the admin listener's address, set once at start
 
-	mu      sync.Mutex
-	cfg     *Config
-	servers []*http.Server
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	cfg       *Config
+	lastTried [sha256.Size]byte // what the configuration's files held when last loaded (watch.go)
+	servers   []*http.Server
+	wg        sync.WaitGroup
+
+	draining atomic.Bool // /readyz answers 503: the gateway is stopping
 
 	summaries summaryCache // the admin page's figures, computed at most once per SummaryEvery
 }
@@ -78,18 +83,18 @@ func (s *Server) Logger() *slog.Logger { return s.log }
 // Start loads file, builds the gateway and starts listening. It returns once
 // every listener is bound.
 func Start(file string) (*Server, error) {
-	cfg, err := LoadConfig(file)
+	s := &Server{file: file}
+	cfg, err := s.load()
 	if err != nil {
 		return nil, err
 	}
-	log := NewLogger(cfg.Log)
-	s := &Server{file: file, log: log, cfg: cfg}
+	s.log, s.cfg = NewLogger(cfg.Log), cfg
 	if cfg.DemoUpstream != "" {
 		if err := s.listen("demo upstream", cfg.DemoUpstream, Demo()); err != nil {
 			return nil, err
 		}
 	}
-	if s.gw, err = New(cfg, log); err != nil {
+	if s.gw, err = New(cfg, s.log); err != nil {
 		s.closeListeners()
 		return nil, err
 	}
@@ -157,9 +162,14 @@ func (s *Server) admin() http.Handler {
 	s.adminRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		rd := s.gw.Ready(ctx)
+		var rd Readiness
+		if s.draining.Load() {
+			rd = Readiness{Draining: true}
+		} else {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			rd = s.gw.Ready(ctx)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if !rd.Ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -173,7 +183,7 @@ func (s *Server) admin() http.Handler {
 // file that does not load or build keeps the current configuration, and the
 // reason is logged and returned. Listen addresses cannot change on reload.
 func (s *Server) Reload() error {
-	cfg, err := LoadConfig(s.file)
+	cfg, err := s.load()
 	if err == nil {
 		err = s.gw.Reload(cfg)
 	}
@@ -186,6 +196,32 @@ func (s *Server) Reload() error {
 	s.mu.Unlock()
 	s.log.Info("keycap: configuration reloaded", "file", s.file, "routes", len(cfg.Routes))
 	return nil
+}
+
+// Drain stops the gateway the way a load balancer can follow: /readyz
+// answers 503 at once, while the proxy keeps serving — without keep-alive,
+// so that clients reconnect, elsewhere — for the configuration's
+// shutdown_delay (the time endpoints take to drop the gateway), or until
+// again receives (a second signal: stop now); then Shutdown.
+func (s *Server) Drain(again <-chan os.Signal) error {
+	s.draining.Store(true)
+	s.mu.Lock()
+	delay := time.Duration(s.cfg.ShutdownDelay)
+	for _, srv := range s.servers {
+		srv.SetKeepAlivesEnabled(false)
+	}
+	s.mu.Unlock()
+	if delay > 0 {
+		s.log.Info("keycap: draining: /readyz answers 503, requests are still served", "shutdown_delay", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-again:
+			t.Stop()
+			s.log.Info("keycap: a second signal: stopping without the rest of shutdown_delay")
+		}
+	}
+	return s.Shutdown()
 }
 
 // Shutdown stops accepting, lets requests in flight finish (streams
