@@ -8,6 +8,7 @@
 //	keycap try [-url url]                 a greedy client and two polite ones, against a gateway
 //	keycap inspect [-json] [-key K]       what a gateway's admin page shows: slots, keys, refusals, the last 15 minutes
 //	keycap override set|reset|list        change one key's max or share on every gateway, live
+//	keycap health [-url url]              exit 0 when a gateway is ready: a container's health check
 //	keycap version                        the version, commit and Go that built it
 //	keycap help [command]                 list the commands, or one command's flags
 //
@@ -18,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -26,8 +28,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	// Trusted roots for an https upstream, a JWKS URL or a TLS Redis where
+	// the system has none: the image is FROM scratch.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/keycap/keycap/cmd/keycap/internal/gateway"
 )
@@ -41,6 +47,7 @@ Usage:
   keycap try [-url URL]           send a greedy client and two polite ones to a gateway
   keycap inspect [-key K]         print what the gateway's admin page shows (needs admin_api.token)
   keycap override set|reset|list  change one key's max or share on every gateway, live
+  keycap health [-url URL]        exit 0 when the gateway's /readyz answers 200 (a container's health check)
   keycap version                  print the version, the commit and the Go that built keycap
   keycap help [COMMAND]           this list, or COMMAND's flags
 
@@ -57,6 +64,7 @@ var synopses = map[string]string{
 	"try":      "[-url URL] [-header 'NAME: VALUE']... [-token TOKEN]\n\nSend, at once, a greedy client's requests (alice) and, one after the other,\ntwo polite clients' (bob, carol) to URL, a route capped per X-User, and print\nwhat each got.",
 	"inspect":  "[-json] [-admin URL[,URL…]] [-token TOKEN] [-route R] [-q TEXT] [-sort refused|last|slot|key] [-n N] [-key K]\n\nPrint what the gateway's admin page shows: each limit's slots in use, keys,\nwaiters and refusals now, and over the last 15 minutes each route's requests\nand the keys refused most. Several -admin addresses (one per gateway of the\nstore) add their histories up. -key shows one key: its holders on every\ngateway, with their age, gateway and request ID.",
 	"override": "set|reset|list ...",
+	"health":   "[-url URL]\n\nAsk a gateway's /readyz, and exit 0 when it answers 200, 1 otherwise: the health\ncheck of an image that has no shell and no curl.",
 	"version":  "\n\nPrint the version, the commit and the Go that built keycap.",
 }
 
@@ -75,6 +83,8 @@ func commands(name string) (func(args []string) error, bool) {
 		return inspect, true
 	case "override":
 		return override, true
+	case "health":
+		return health, true
 	case "version":
 		return printVersion, true
 	}
@@ -254,6 +264,29 @@ func try(args []string) error {
 		header.Set("Authorization", "Bearer "+*token)
 	}
 	return gateway.Try(os.Stdout, *url, *greedy, header)
+}
+
+func health(args []string) error {
+	fs := newFlags("health")
+	url := fs.String("url", "http://127.0.0.1:9091/readyz", "the gateway's /readyz, on its admin listener")
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("health: unexpected argument %q", fs.Arg(0))
+	}
+	c := &http.Client{Timeout: *timeout}
+	resp, err := c.Get(*url)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health: %s answered %s: %s", *url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // version is the release's version, set by a release build (-ldflags

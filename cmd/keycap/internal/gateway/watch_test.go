@@ -142,8 +142,8 @@ func TestDrainAnswersNotReady(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := startGateway(t, fmt.Sprintf("upstream: %s\nshutdown_delay: %s\nroutes: [{name: r, path: /, limits: [{max: 2}]}]\n", up.URL, tc.delay))
-			if code, _, body := get(t, g.admin+"/readyz"); code != 200 {
-				t.Fatalf("readyz before: %d %s", code, body)
+			if out, err := runBinary(t, "health", "-url", g.admin+"/readyz"); err != nil {
+				t.Fatalf("keycap health before: %v\n%s", err, out)
 			}
 			signalled := time.Now()
 			g.signal(t, syscall.SIGTERM)
@@ -151,6 +151,9 @@ func TestDrainAnswersNotReady(t *testing.T) {
 			code, _, body := get(t, g.admin+"/readyz")
 			if code != http.StatusServiceUnavailable || !strings.Contains(body, `"draining":true`) {
 				t.Errorf("readyz while draining: %d %s", code, body)
+			}
+			if out, err := runBinary(t, "health", "-url", g.admin+"/readyz"); err == nil || !strings.Contains(out, "503") {
+				t.Errorf("keycap health while draining: %v\n%s", err, out)
 			}
 			if code, _, _ := get(t, g.admin+"/healthz"); code != 200 {
 				t.Errorf("healthz while draining: %d (a liveness probe must not restart a draining pod)", code)
