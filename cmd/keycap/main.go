@@ -289,16 +289,17 @@ func health(args []string) error {
 	return nil
 }
 
-// version is the release's version, set by a release build (-ldflags
-// "-X main.version=v1.2.3"); empty, keycap reports its module's version
-// from the build: v1.2.3 when installed with go install, a pseudo-version
-// and the commit when built with -buildvcs=true in a checkout, (devel)
-// otherwise (go build in the repository's workspace stamps no commit).
-var version string
+// version and revision are the release's version and commit, set by a
+// release build (-ldflags "-X main.version=v1.2.3 -X main.revision=…",
+// deploy/build); empty, keycap reports its module's version from the build:
+// v1.2.3 when installed with go install, a pseudo-version and the commit
+// when built with -buildvcs=true in a checkout, (devel) otherwise (go build
+// in the repository's workspace stamps no commit).
+var version, revision string
 
 // versionLine is what keycap version prints.
 func versionLine() string {
-	v, rev, at, dirty := version, "", "", ""
+	v, rev, at, dirty := version, revision, "", ""
 	bi, ok := debug.ReadBuildInfo()
 	if ok {
 		if v == "" {
