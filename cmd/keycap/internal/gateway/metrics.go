@@ -156,13 +156,17 @@ func (m *metrics) count(q *request, outcome string) {
 }
 
 // refusedConns exports a listener's open connections and those it closed
-// for being over max_connections_per_ip.
+// for max_connections_per_ip.
 func (m *metrics) refusedConns(listener string, ll *limitListener) {
 	labels := prometheus.Labels{"listener": listener}
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "keycap_gateway_connections_refused_total", ConstLabels: labels,
-		Help: "Connections closed at once because their address held max_connections_per_ip already.",
+		Help: "New connections closed at once because their address held max_connections_per_ip already, every one in use.",
 	}, func() float64 { return float64(ll.refused.Load()) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "keycap_gateway_connections_evicted_total", ConstLabels: labels,
+		Help: "Unused connections (idle, or never sent a request) closed to make room for a new connection from their address at max_connections_per_ip.",
+	}, func() float64 { return float64(ll.evicted.Load()) }))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keycap_gateway_connections", ConstLabels: labels,
 		Help: "Connections open on the listener.",

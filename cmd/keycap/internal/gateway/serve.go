@@ -31,6 +31,7 @@ type Server struct {
 	cfg       *Config
 	lastTried [sha256.Size]byte // what the configuration's files held when last loaded (watch.go)
 	servers   []*http.Server
+	proxies   []*limitListener // the proxy listeners
 	wg        sync.WaitGroup
 
 	draining atomic.Bool // /readyz answers 503: the gateway is stopping
@@ -138,11 +139,15 @@ func (s *Server) listen(kind, addr string, h http.Handler) error {
 		}
 		cip, _ := httplimit.NewClientIP(httplimit.HeaderXForwardedFor, 0, s.cfg.ClientIP.TrustedProxies...) // validated
 		ll := newLimitListener(ln, *sc.MaxConnections, *sc.MaxConnectionsPerIP, cip.Trusted)
+		srv.ConnState = ll.connState
 		s.gw.metrics.refusedConns(kind+" "+ln.Addr().String(), ll)
 		ln = ll
 	}
 	s.mu.Lock()
 	s.servers = append(s.servers, srv)
+	if ll, ok := ln.(*limitListener); ok {
+		s.proxies = append(s.proxies, ll)
+	}
 	s.mu.Unlock()
 	s.log.Info("keycap: listening", "kind", kind, "addr", ln.Addr().String())
 	if kind == "admin" {

@@ -1,15 +1,19 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -118,21 +122,26 @@ func (p *wsProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httplimit.WriteError(w, r, http.StatusBadGateway, "Bad Gateway")
 		return
 	}
-	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
-	if err != nil {
+	hw := &wsHijacker{ResponseWriter: w}
+	client, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil || hw.conn == nil {
+		if err == nil {
+			_ = client.CloseNow()
+		}
 		_ = up.CloseNow()
 		return
 	}
+	cc := &clientConn{ws: client, raw: hw.conn}
 	client.SetReadLimit(p.maxMessage)
 	up.SetReadLimit(upstreamMaxMessage)
-	p.g.ws.add(client)
-	defer p.g.ws.remove(client)
+	p.g.ws.add(cc)
+	defer p.g.ws.remove(cc)
 	defer gc.Close() // leaves the cap, whichever side closed
 	var lim *rate.Limiter
 	if p.rate > 0 {
 		lim = rate.NewLimiter(rate.Limit(p.rate), p.burst)
 	}
-	relay(client, up, gc, lim, func(ref *pushercap.Refusal) {
+	relay(cc, up, gc, lim, func(ref *pushercap.Refusal) {
 		p.g.log.Debug("keycap: websocket refused", "route", "pusher", "app", ref.App, "socket_id", ref.SocketID,
 			"channel", ref.Channel, "code", ref.CloseCode, "reason", ref.Err.Error(),
 			"request_id", r.Header.Get("X-Request-Id"))
@@ -170,21 +179,39 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
+// messageUnit is the size of a frame that counts as one message of
+// messages_per_second: a larger frame counts once per messageUnit begun (up
+// to the burst), so that the limit bounds the bytes a client has the gateway
+// read, check (pushercap parses a text frame's JSON until the connection has
+// a user) and relay, not only its frames. Pusher's own client events are at
+// most 10 KB.
+const messageUnit = 4 << 10
+
+// frameCost is what a frame of n bytes costs of a limiter of burst.
+func frameCost(n, burst int) int {
+	return min(max(1, (n+messageUnit-1)/messageUnit), max(1, burst))
+}
+
 // relay copies frames both ways until either side closes, then closes the
 // other with the same code. The client's frames go through the gate (which
-// may refuse the connection) and, with lim, at most at its rate: a client
-// sending faster is read more slowly. A text frame that is not UTF-8 closes
-// both sides (1007).
-func relay(client, up *websocket.Conn, gc *pushercap.Conn, lim *rate.Limiter, refused func(*pushercap.Refusal)) {
+// may refuse the connection) and, with lim, at most at its rate, a frame
+// counting once per messageUnit: the next frame is not read before the
+// limiter allows it, so a client sending faster is read more slowly, and
+// what it sends meanwhile waits in its connection's buffers, costing the
+// gateway nothing. A text frame that is not UTF-8 closes both sides (1007).
+// The client is closed first, reading no more than a close frame's worth of
+// it (clientConn.close): a refused client is not read on while the upstream
+// is told.
+func relay(client *clientConn, up *websocket.Conn, gc *pushercap.Conn, lim *rate.Limiter, refused func(*pushercap.Refusal)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var closeClient, closeUp sync.Once
-	shut := func(once *sync.Once, c *websocket.Conn, code websocket.StatusCode, reason string) {
-		once.Do(func() { _ = c.Close(code, reason) })
+	var closeUp sync.Once
+	shutUp := func(code websocket.StatusCode, reason string) {
+		closeUp.Do(func() { _ = up.Close(code, reason) })
 	}
 	invalid := func() {
-		shut(&closeClient, client, websocket.StatusInvalidFramePayloadData, "invalid UTF-8")
-		shut(&closeUp, up, websocket.StatusInvalidFramePayloadData, "invalid UTF-8")
+		client.close(websocket.StatusInvalidFramePayloadData, "invalid UTF-8")
+		shutUp(websocket.StatusInvalidFramePayloadData, "invalid UTF-8")
 	}
 	done := make(chan struct{}, 2)
 	// Upstream to client.
@@ -194,8 +221,7 @@ func relay(client, up *websocket.Conn, gc *pushercap.Conn, lim *rate.Limiter, re
 		for {
 			typ, data, err := up.Read(ctx)
 			if err != nil {
-				code, reason := closeOf(err)
-				shut(&closeClient, client, code, reason)
+				client.close(closeOf(err))
 				return
 			}
 			if typ == websocket.MessageText && !utf8.Valid(data) {
@@ -208,8 +234,9 @@ func relay(client, up *websocket.Conn, gc *pushercap.Conn, lim *rate.Limiter, re
 					established = true
 				}
 			}
-			if err := client.Write(ctx, typ, data); err != nil {
-				shut(&closeUp, up, websocket.StatusGoingAway, "client gone")
+			if err := client.ws.Write(ctx, typ, data); err != nil {
+				client.close(websocket.StatusGoingAway, "")
+				shutUp(websocket.StatusGoingAway, "client gone")
 				return
 			}
 		}
@@ -217,42 +244,89 @@ func relay(client, up *websocket.Conn, gc *pushercap.Conn, lim *rate.Limiter, re
 	// Client to upstream, through the gate.
 	go func() {
 		defer func() { done <- struct{}{} }()
+		cost := 1 // of the frame read last, paid before the next is read
 		for {
 			if lim != nil {
-				if err := lim.Wait(ctx); err != nil {
+				if err := lim.WaitN(ctx, cost); err != nil {
 					return
 				}
 			}
-			typ, data, err := client.Read(ctx)
+			typ, buf, err := readMessage(ctx, client.ws)
 			if err != nil {
+				putBuffer(buf)
+				// A client's close frame the library has answered; over
+				// max_message it has sent 1009, in the middle of the
+				// client's frame, so that no close frame can come before
+				// the rest of it: read nothing more. Either way the client
+				// is done with: close it before telling the upstream.
 				code, reason := closeOf(err)
-				shut(&closeUp, up, code, reason)
+				budget := int64(closeReadBudget)
+				if errors.Is(err, websocket.ErrMessageTooBig) {
+					budget = 0
+				}
+				client.closeWith(budget, code, reason)
+				shutUp(code, reason)
 				return
 			}
+			data := buf.Bytes()
 			if typ == websocket.MessageText {
 				if !utf8.Valid(data) {
+					putBuffer(buf)
 					invalid()
 					return
 				}
 				if ref := gc.Inspect(ctx, data); ref != nil {
+					putBuffer(buf)
 					refused(ref)
-					_ = client.Write(ctx, websocket.MessageText, ref.Frame)
-					shut(&closeClient, client, websocket.StatusCode(ref.CloseCode), ref.Reason)
-					shut(&closeUp, up, websocket.StatusNormalClosure, "")
+					_ = client.ws.Write(ctx, websocket.MessageText, ref.Frame)
+					client.close(websocket.StatusCode(ref.CloseCode), ref.Reason)
+					shutUp(websocket.StatusNormalClosure, "")
 					return
 				}
 			}
-			if err := up.Write(ctx, typ, data); err != nil {
-				shut(&closeClient, client, websocket.StatusGoingAway, "upstream gone")
+			err = up.Write(ctx, typ, data)
+			n := len(data)
+			putBuffer(buf)
+			if err != nil {
+				client.close(websocket.StatusGoingAway, "upstream gone")
 				return
+			}
+			if lim != nil {
+				cost = frameCost(n, lim.Burst())
 			}
 		}
 	}()
 	<-done
 	cancel()
 	<-done
-	_ = client.CloseNow()
+	_ = client.ws.CloseNow()
 	_ = up.CloseNow()
+}
+
+// buffers hold client messages while they are relayed: a buffer is taken
+// once a message has begun, not while a connection waits for one, so that
+// an idle WebSocket holds none, and a message costs no allocation once the
+// pool holds a buffer of its size.
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readMessage reads c's next message into a buffer of the pool; put it
+// back with putBuffer once the message is relayed (the buffer is returned
+// with an error too).
+func readMessage(ctx context.Context, c *websocket.Conn) (websocket.MessageType, *bytes.Buffer, error) {
+	typ, r, err := c.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	buf := buffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, err = buf.ReadFrom(r)
+	return typ, buf, err
+}
+
+func putBuffer(b *bytes.Buffer) {
+	if b != nil {
+		buffers.Put(b)
+	}
 }
 
 // closeOf returns the close code and reason of a read error, to pass on to
@@ -290,19 +364,19 @@ func socketIDOf(frame []byte) (string, bool) {
 // wsConns tracks the open client WebSockets, to close them on shutdown.
 type wsConns struct {
 	mu    sync.Mutex
-	conns map[*websocket.Conn]struct{}
+	conns map[*clientConn]struct{}
 }
 
-func (w *wsConns) add(c *websocket.Conn) {
+func (w *wsConns) add(c *clientConn) {
 	w.mu.Lock()
 	if w.conns == nil {
-		w.conns = map[*websocket.Conn]struct{}{}
+		w.conns = map[*clientConn]struct{}{}
 	}
 	w.conns[c] = struct{}{}
 	w.mu.Unlock()
 }
 
-func (w *wsConns) remove(c *websocket.Conn) {
+func (w *wsConns) remove(c *clientConn) {
 	w.mu.Lock()
 	delete(w.conns, c)
 	w.mu.Unlock()
@@ -312,14 +386,104 @@ func (w *wsConns) remove(c *websocket.Conn) {
 // reconnects, to another gateway.
 func (w *wsConns) closeAll() {
 	w.mu.Lock()
-	conns := make([]*websocket.Conn, 0, len(w.conns))
+	conns := make([]*clientConn, 0, len(w.conns))
 	for c := range w.conns {
 		conns = append(conns, c)
 	}
 	w.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {
-		wg.Go(func() { _ = c.Close(websocket.StatusGoingAway, "gateway shutting down") })
+		wg.Go(func() { c.close(websocket.StatusGoingAway, "gateway shutting down") })
 	}
 	wg.Wait()
+}
+
+// clientConn is a client's WebSocket and the connection under it.
+type clientConn struct {
+	ws   *websocket.Conn
+	raw  *stoppableConn
+	once sync.Once
+}
+
+// Bounds of a close that the gateway starts. The library's Close waits 5 s
+// for the peer's close frame, reading and discarding whatever comes before
+// it: a client flooding frames would be read at full speed for those 5 s,
+// after being refused. The gateway reads at most closeReadBudget bytes more,
+// within closeGrace, enough for the close frame of a client that answers it,
+// and then closes the connection.
+const (
+	closeGrace      = time.Second
+	closeReadBudget = 4 << 10
+)
+
+// close sends the client a close frame with code (unless one was sent
+// already, as for 1009) and closes the connection, reading no more than a
+// close frame's worth of it, within closeGrace. Only the first call closes;
+// the others return at once.
+func (c *clientConn) close(code websocket.StatusCode, reason string) {
+	c.closeWith(closeReadBudget, code, reason)
+}
+
+// closeWith is close reading at most budget bytes more.
+func (c *clientConn) closeWith(budget int64, code websocket.StatusCode, reason string) {
+	c.once.Do(func() {
+		c.raw.stop(closeGrace, budget)
+		_ = c.ws.Close(code, reason)
+		_ = c.ws.CloseNow() // when Close failed before closing the connection
+	})
+}
+
+// wsHijacker hands websocket.Accept the client's connection wrapped in a
+// stoppableConn.
+type wsHijacker struct {
+	http.ResponseWriter
+	conn *stoppableConn
+}
+
+func (w *wsHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.conn = &stoppableConn{Conn: c}
+	return w.conn, brw, nil
+}
+
+func (w *wsHijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// stoppableConn is a connection whose reading can be bounded once its
+// WebSocket is being closed.
+type stoppableConn struct {
+	net.Conn
+	stopped atomic.Bool
+	left    atomic.Int64 // bytes it may still read, once stopped
+}
+
+// errReadStopped is a read past a closing connection's budget.
+var errReadStopped = errors.New("websocket closing: read no further")
+
+func (c *stoppableConn) Read(p []byte) (int, error) {
+	if !c.stopped.Load() {
+		return c.Conn.Read(p)
+	}
+	left := c.left.Load()
+	if left <= 0 {
+		return 0, errReadStopped
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := c.Conn.Read(p)
+	c.left.Add(-int64(n))
+	return n, err
+}
+
+// stop bounds what is read and written from now on: budget bytes read,
+// and neither past grace (a read in progress ends then too).
+func (c *stoppableConn) stop(grace time.Duration, budget int64) {
+	c.left.Store(budget)
+	c.stopped.Store(true)
+	dl := time.Now().Add(grace)
+	_ = c.Conn.SetReadDeadline(dl)
+	_ = c.Conn.SetWriteDeadline(dl)
 }
