@@ -5,7 +5,9 @@ go 1.26.0
 require (
 	github.com/CycloneDX/cyclonedx-go v0.9.3
 	github.com/CycloneDX/cyclonedx-gomod v1.10.0
+	github.com/coder/websocket v1.8.15
 	github.com/google/go-containerregistry v0.22.1
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.34.0
 	helm.sh/helm/v4 v4.3.2
 )
@@ -19,8 +21,8 @@ require (
 	github.com/golang/groupcache v0.0.0-20241129210726-2c02b8208cf8 // indirect
 	github.com/jbenet/go-context v0.0.0-20150711004518-d14ea06fba99 // indirect
 	github.com/kevinburke/ssh_config v1.2.0 // indirect
+	github.com/keycap/keycap v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pjbgf/sha1cd v0.3.2 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/sergi/go-diff v1.4.0 // indirect
 	github.com/skeema/knownhosts v1.3.1 // indirect
 	github.com/xanzy/ssh-agent v0.3.3 // indirect
@@ -84,6 +86,7 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/keycap/keycap/internal/pusherserver v0.0.0-00010101000000-000000000000
 	github.com/keycap/keycap/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/lann/builder v0.0.0-20180802200727-47ae307949d0 // indirect
@@ -157,3 +160,9 @@ require (
 )
 
 replace github.com/keycap/keycap/internal/testenv => ../internal/testenv
+
+replace github.com/keycap/keycap => ..
+
+replace github.com/keycap/keycap/internal/pusherserver => ../internal/pusherserver
+
+replace github.com/keycap/keycap/redisstore => ../redisstore
