@@ -71,7 +71,10 @@
 // StoreFailed event when it starts (per partition of a Redis Cluster), and
 // a StoreRecovered event once the store has answered without a failure for
 // the recover-after time (WithRecoverAfter). A context that the caller
-// cancels is never a store failure.
+// cancels is never a store failure, and neither is a budget that this
+// process used up — its request waited to be sent, or the process was
+// starved of CPU — rather than the store: the fail mode applies, and it is
+// reported as ProcessOverloaded (BudgetError says how it is told).
 //
 // # Events
 //

@@ -86,15 +86,36 @@ func (e *InvalidLimitError) Error() string {
 func (e *InvalidLimitError) Is(target error) bool { return target == ErrInvalidLimit }
 
 // BudgetError is a store call that did not answer within its decision
-// budget. The Limiter counts it as a store failure: it is reported as one,
-// the limit's fail mode applies, and a fail-closed limit's *StoreError wraps
-// it.
+// budget. The limit's fail mode applies, whoever took the time: a
+// fail-closed limit's *StoreError wraps it. Who did decides how it is
+// reported: as a store failure (StoreFailed, once per outage) when the
+// store had the call, unanswered, for at least half of the budget while
+// this process was running; otherwise as ProcessOverloaded (no outage):
+// the call waited in this process to be sent, or the process did not run
+// on time (CPU starvation). Overloaded says which.
 type BudgetError struct {
 	Budget time.Duration
 	Err    error // what the store returned when its deadline passed
+
+	// Waited is how long the caller waited: the budget, and however late
+	// the process noticed that it had passed.
+	Waited time.Duration
+	// StoreTime is how long of the budget the store had the call while this
+	// process was running, as far as the process could tell: from when
+	// the request was sent (when the store says, store.UnansweredError;
+	// from the start of the call when it does not) to the deadline, less
+	// the time the process was stalled meanwhile.
+	StoreTime time.Duration
+	// Overloaded: StoreTime is less than half of Budget. The store is not
+	// counted as failed.
+	Overloaded bool
 }
 
 func (e *BudgetError) Error() string {
+	if e.Overloaded {
+		return fmt.Sprintf("keycap: no answer within the decision budget of %s, the process overloaded (the store had the call for %s of it): %v",
+			e.Budget, e.StoreTime.Round(time.Millisecond), e.Err)
+	}
 	return fmt.Sprintf("keycap: the store did not answer within the decision budget of %s: %v", e.Budget, e.Err)
 }
 

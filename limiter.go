@@ -79,6 +79,13 @@ func WithDefaultFailMode(m FailMode) Option { return Option{func(l *Limiter) { l
 // (Spec.Budget). Stores that live in the process (memstore) are not
 // bounded: they need no deadline.
 //
+// The budget counts from the call, so it bounds the caller's wait whatever
+// delays it; but a call that the store had for less than half of it while
+// the process ran (its request waited to be sent, or the process was
+// starved of CPU) is not the store's failure: it is reported as
+// ProcessOverloaded, not as an outage (BudgetError). docs/operations.md
+// says how to size the budget.
+//
 // The budget works through the context given to the store: redisstore needs
 // a client with ContextTimeoutEnabled (it checks), pgstore always honours it.
 func WithDecisionBudget(d time.Duration) Option { return Option{func(l *Limiter) { l.budget = d }} }
@@ -110,6 +117,9 @@ func NewLimiter(st Store, opts ...Option) (*Limiter, error) {
 		return nil, &InvalidLimitError{Field: "decision budget", Value: l.budget.String(), Reason: "must be positive"}
 	case l.outages.quiet < time.Millisecond:
 		return nil, &InvalidLimitError{Field: "recover after", Value: l.outages.quiet.String(), Reason: "must be at least 1ms"}
+	}
+	if l.features&store.InProcess == 0 {
+		coarse.Watch() // for overBudget: was the process stalled?
 	}
 	if err := l.nodes.init(l); err != nil {
 		return nil, err

@@ -47,21 +47,32 @@ const (
 	// CallRetried: a throttled request to API was sent again after waiting
 	// Wait in place.
 	CallRetried
+	// ProcessOverloaded: a store call for Limit ran out of its decision
+	// budget, after Waited, but the store had it for less than half of the
+	// budget while this process was running (Err: a *BudgetError with
+	// Overloaded set, which says how long): its request waited in the
+	// process to be sent, or the process did not run on time (CPU
+	// starvation). The limit's fail mode applied, as for a store failure,
+	// but it is no outage: neither StoreFailed nor StoreRecovered follows
+	// from it. Node is the partition the call was for. Reported for every
+	// such call.
+	ProcessOverloaded
 )
 
 var kindNames = [...]string{
-	SlotAcquired:   "slot acquired",
-	LimitExceeded:  "limit exceeded",
-	SlotReleased:   "slot released",
-	LeaseLost:      "lease lost",
-	GhostsDropped:  "ghosts dropped",
-	StoreFailed:    "store failed",
-	StoreRecovered: "store recovered",
-	Throttled:      "throttled",
-	Exhausted:      "exhausted",
-	Paused:         "paused",
-	CallHeld:       "call held",
-	CallRetried:    "call retried",
+	SlotAcquired:      "slot acquired",
+	LimitExceeded:     "limit exceeded",
+	SlotReleased:      "slot released",
+	LeaseLost:         "lease lost",
+	GhostsDropped:     "ghosts dropped",
+	StoreFailed:       "store failed",
+	StoreRecovered:    "store recovered",
+	Throttled:         "throttled",
+	Exhausted:         "exhausted",
+	Paused:            "paused",
+	CallHeld:          "call held",
+	CallRetried:       "call retried",
+	ProcessOverloaded: "process overloaded",
 }
 
 // String returns the kind in words, such as "slot acquired".
@@ -78,17 +89,17 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind   EventKind
 	Family Family // the front door: FamilyApp (HTTP, the application), FamilyJob, FamilyConn, FamilyPause
-	Limit  Limit  // slot events, GhostsDropped, StoreFailed: the limit; its Key is the key as given
+	Limit  Limit  // slot events, GhostsDropped, StoreFailed, ProcessOverloaded: the limit; its Key is the key as given
 
 	// Waited and Held start from a clock that ticks every millisecond: each
 	// may be up to about a millisecond long, never short.
-	Waited time.Duration // SlotAcquired, LimitExceeded
+	Waited time.Duration // SlotAcquired, LimitExceeded, ProcessOverloaded
 	Held   time.Duration // SlotReleased, LeaseLost; StoreRecovered: the outage's length
 	Count  int           // GhostsDropped
 
-	Node     string // StoreFailed, StoreRecovered: the store's partition
+	Node     string // StoreFailed, StoreRecovered, ProcessOverloaded: the store's partition
 	Failures int64  // StoreRecovered: failed calls during the outage
-	Err      error  // StoreFailed
+	Err      error  // StoreFailed, ProcessOverloaded
 
 	API    string        // Throttled, Exhausted, Paused, CallHeld, CallRetried
 	Wait   time.Duration // Throttled, Exhausted, Paused, CallHeld, CallRetried
@@ -185,11 +196,11 @@ func observe(ctx context.Context, o Observer, e Event) {
 }
 
 // NewSlogObserver returns an Observer that logs events to logger: store
-// failures at Error, lost leases and throttled APIs at Warn, recoveries and
-// pauses at Info, and refusals, acquired and released slots and held calls
-// at Debug (they happen on every request: count them with metrics). Keys are
-// not logged: they may be private or long. A nil logger means
-// slog.Default().
+// failures at Error, lost leases, calls lost to an overloaded process and
+// throttled APIs at Warn, recoveries and pauses at Info, and refusals,
+// acquired and released slots and held calls at Debug (they happen on
+// every request: count them with metrics). Keys are not logged: they may
+// be private or long. A nil logger means slog.Default().
 func NewSlogObserver(logger *slog.Logger) Observer {
 	if logger == nil {
 		logger = slog.Default()
@@ -215,6 +226,12 @@ func (s slogObserver) Observe(e Event) {
 	case StoreFailed:
 		level = slog.LevelError
 		attrs = append(attrs, slog.Any("error", e.Err))
+		if e.Node != "" {
+			attrs = append(attrs, slog.String("node", e.Node))
+		}
+	case ProcessOverloaded:
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Any("error", e.Err), slog.Duration("waited", e.Waited))
 		if e.Node != "" {
 			attrs = append(attrs, slog.String("node", e.Node))
 		}

@@ -2,9 +2,11 @@ package keycap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/keycap/keycap/internal/coarse"
 	"github.com/keycap/keycap/store"
 )
 
@@ -295,12 +297,17 @@ func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, t
 // call the decision budget as its deadline (none on a store that lives in
 // the process); end classifies its outcome: nil, the caller's context
 // error when ctx ended (whatever the store returned, and never a
-// failure), a *BudgetError when the budget ran out first, or the store's
+// failure), a *BudgetError when the budget ran out first (overBudget says
+// whether the store or this process took the time), or the store's
 // error; account reports a failure as the outage of the store's partition
 // that holds lim's pool, once per outage, and a success ends that outage
-// once the partition has answered for RecoverAfter. The hot calls (a take,
-// a release) make the three steps around their store call; the others go
-// through run (and call, where outages are counted).
+// once the partition has answered for RecoverAfter — but a budget that
+// this process used up (BudgetError.Overloaded) is reported as
+// ProcessOverloaded, and neither starts nor ends an outage. The hot calls
+// (a take, a release) make the three steps around their store call; the
+// others go through run (and call, where outages are counted). A release
+// sent without waiting (releaser.send) has its budget kept by the store,
+// and goes through overBudget and account.
 
 // call runs op, one store call made for lim, under the failure policy,
 // outages counted.
@@ -339,9 +346,41 @@ func (l *Limiter) end(ctx, bctx context.Context, cancel context.CancelFunc, budg
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case late:
-		return &BudgetError{Budget: budget, Err: err}
+		dl, _ := bctx.Deadline() // bound's: budget after the call began
+		return overBudget(budget, budget+time.Since(dl), err)
 	}
 	return err
+}
+
+// overBudget is the verdict on a store call that ran out of its budget,
+// after its caller waited waited, with err from the store. The caller's
+// wait is bounded all the same, and the limit's fail mode applies: it has
+// no answer. What the verdict decides is whom to blame. Time before the
+// request reached the store, and time the process was not running, say
+// nothing of the store: the call counts as the store's failure only when
+// the store had it, unanswered, for at least half of the budget while the
+// process was running. Otherwise the process used up the budget
+// (Overloaded): a machine loaded beyond its cores, a CPU quota used up, a
+// pipeline's sender not run in time.
+//
+// The store had the call from when it says (store.UnansweredError; a store
+// that does not say is taken to have had it from the start) to the
+// deadline, less the time the process was stalled meanwhile
+// (coarse.Stalled): the times a goroutine ready to run waited at least an
+// eighth of the budget to be run. A call waits for the scheduler about four
+// times (its caller, its pipeline's sender, the reader of the reply, its
+// caller again), so that stalls that long can take half of the budget,
+// and shorter ones — a busy process's few milliseconds, all the time — do
+// not count. Time past the deadline is no one's: the budget was spent.
+func overBudget(budget, waited time.Duration, err error) *BudgetError {
+	had := budget
+	var u *store.UnansweredError
+	if errors.As(err, &u) {
+		had = min(u.Outstanding, budget)
+	}
+	deadline := coarse.Precise() - max(waited-budget, 0)
+	had -= coarse.Stalled(deadline-had, deadline, budget/8)
+	return &BudgetError{Budget: budget, Err: err, Waited: waited, StoreTime: had, Overloaded: 2*had < budget}
 }
 
 // account reports err, end's verdict on a store call for lim, to the
@@ -506,9 +545,16 @@ func (l *Limiter) partition(pool store.PoolID) string {
 }
 
 // storeFailed reports the first failure of an outage of the store's
-// partition that holds lim's pool.
+// partition that holds lim's pool, or, for a budget that this process used
+// up, the call alone (ProcessOverloaded).
 func (l *Limiter) storeFailed(lim *Limit, err error) {
 	part := l.partition(lim.home())
+	if be := (*BudgetError)(nil); errors.As(err, &be) && be.Overloaded {
+		// Not the store's failure (overBudget): no outage starts, and the
+		// one under way, if any, neither ends nor goes on.
+		l.emit(Event{Kind: ProcessOverloaded, Limit: *lim, Node: part, Err: err, Waited: be.Waited})
+		return
+	}
 	if l.outages.failed(part, l.precise()) { // outages are timed precisely: they are rare
 		l.emit(Event{Kind: StoreFailed, Limit: *lim, Node: part, Err: err})
 	}

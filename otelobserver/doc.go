@@ -43,6 +43,8 @@
 //	keycap.store_failed_call_count {call}   counter   failed calls of the outages that ended, at recovery
 //	keycap.store_outage_duration   s        histogram how long outages lasted, at recovery
 //	keycap.store_up                1        gauge     0 during an outage of that partition, else 1
+//	keycap.process_overloaded_count {call}  counter   store calls that ran out of their decision budget
+//	                                                  in this process (CPU starvation), not in the store
 //
 // API pauses have the attribute api, the API's name: keep those to a bounded
 // set (hosts, vendors), not one per user.

@@ -67,6 +67,7 @@ type Observer struct {
 	wait, hold                                 metric.Float64Histogram
 
 	storeFailures, storeRecoveries, storeFailedCalls metric.Int64Counter
+	overloaded                                       metric.Int64Counter
 	storeUp                                          metric.Int64Gauge
 	outage                                           metric.Float64Histogram
 
@@ -188,6 +189,7 @@ func New(config *Config) (*Observer, error) {
 	up, err := meter.Int64Gauge(prefix+"store_up", metric.WithDescription("0 during an outage of the store partition, else 1"), metric.WithUnit("1"))
 	errs = append(errs, err)
 	o.storeUp = up
+	o.overloaded = counter("process_overloaded_count", "Store calls that ran out of their decision budget in this process (CPU starvation), not in the store, by store partition", "{call}")
 	o.outage = histogram("store_outage_duration", "How long store outages lasted, recorded at recovery", outageBuckets)
 
 	o.throttled = counter("api_throttled_count", "Throttled responses, by API, status and source of the wait", "{response}")
@@ -282,6 +284,8 @@ func (o *Observer) observe(ctx context.Context, e keycap.Event) *slotSeries {
 		o.storeFailedCalls.Add(ctx, e.Failures, node)
 		o.storeUp.Record(ctx, 1, node)
 		o.outage.Record(ctx, o.duration(e.Held), node)
+	case keycap.ProcessOverloaded:
+		o.overloaded.Add(ctx, 1, metric.WithAttributes(attribute.String("node", e.Node)))
 
 	case keycap.Throttled:
 		o.throttled.Add(ctx, 1, o.api(apiKey{kind: e.Kind, api: e.API, status: e.Status, source: e.Source}).add...)

@@ -107,25 +107,26 @@ func checkInstruments(t *testing.T, ms metrics) {
 		monotonic bool // sums only
 	}
 	want := map[string]kind{
-		"keycap.slot_acquired_count":     {"{slot}", true},
-		"keycap.limit_exceeded_count":    {"{slot}", true},
-		"keycap.slot_released_count":     {"{slot}", true},
-		"keycap.slots_in_use":            {"{slot}", false},
-		"keycap.lease_lost_count":        {"{lease}", true},
-		"keycap.ghosts_dropped_count":    {"{member}", true},
-		"keycap.wait_duration":           {"s", false},
-		"keycap.hold_duration":           {"s", false},
-		"keycap.store_failure_count":     {"{outage}", true},
-		"keycap.store_recovery_count":    {"{outage}", true},
-		"keycap.store_failed_call_count": {"{call}", true},
-		"keycap.store_outage_duration":   {"s", false},
-		"keycap.store_up":                {"1", false},
-		"keycap.api_throttled_count":     {"{response}", true},
-		"keycap.api_exhausted_count":     {"{response}", true},
-		"keycap.api_paused_count":        {"{pause}", true},
-		"keycap.api_pause_duration":      {"s", false},
-		"keycap.api_held_count":          {"{call}", true},
-		"keycap.api_retried_count":       {"{call}", true},
+		"keycap.slot_acquired_count":      {"{slot}", true},
+		"keycap.limit_exceeded_count":     {"{slot}", true},
+		"keycap.slot_released_count":      {"{slot}", true},
+		"keycap.slots_in_use":             {"{slot}", false},
+		"keycap.lease_lost_count":         {"{lease}", true},
+		"keycap.ghosts_dropped_count":     {"{member}", true},
+		"keycap.wait_duration":            {"s", false},
+		"keycap.hold_duration":            {"s", false},
+		"keycap.store_failure_count":      {"{outage}", true},
+		"keycap.store_recovery_count":     {"{outage}", true},
+		"keycap.store_failed_call_count":  {"{call}", true},
+		"keycap.store_outage_duration":    {"s", false},
+		"keycap.store_up":                 {"1", false},
+		"keycap.process_overloaded_count": {"{call}", true},
+		"keycap.api_throttled_count":      {"{response}", true},
+		"keycap.api_exhausted_count":      {"{response}", true},
+		"keycap.api_paused_count":         {"{pause}", true},
+		"keycap.api_pause_duration":       {"s", false},
+		"keycap.api_held_count":           {"{call}", true},
+		"keycap.api_retried_count":        {"{call}", true},
 	}
 	for name, m := range ms {
 		w, ok := want[name]
@@ -156,6 +157,7 @@ func TestStoreEvents(t *testing.T) {
 	obs.Observe(keycap.Event{Kind: keycap.StoreFailed, Limit: exports, Err: down})
 	obs.Observe(keycap.Event{Kind: keycap.StoreFailed, Limit: exports, Node: "redis-1", Err: down})
 	obs.Observe(keycap.Event{Kind: keycap.StoreRecovered, Node: "redis-1", Held: 90 * time.Second, Failures: 7})
+	obs.Observe(keycap.Event{Kind: keycap.ProcessOverloaded, Limit: exports, Node: "redis-2", Err: down})
 	ms := collect(t, reader)
 	for _, c := range []struct {
 		name, node string
@@ -165,6 +167,7 @@ func TestStoreEvents(t *testing.T) {
 		{"keycap.store_failure_count", "redis-1", 1},
 		{"keycap.store_recovery_count", "redis-1", 1},
 		{"keycap.store_failed_call_count", "redis-1", 7},
+		{"keycap.process_overloaded_count", "redis-2", 1},
 	} {
 		if got := ms.sum(t, c.name, node(c.node)); got != c.want {
 			t.Errorf("%s{node=%q} = %d, want %d", c.name, c.node, got, c.want)
@@ -175,6 +178,9 @@ func TestStoreEvents(t *testing.T) {
 	}
 	if up := ms.gauge(t, "keycap.store_up", node("")); up != 0 {
 		t.Errorf("store_up{node=\"\"} = %d during its outage, want 0", up)
+	}
+	if n := ms.points(t, "keycap.store_failure_count"); n != 2 {
+		t.Errorf("outages at %d nodes, want 2: a call lost in the process is none", n)
 	}
 	if up := ms.gauge(t, "keycap.store_up", node("redis-1")); up != 1 {
 		t.Errorf("store_up{node=redis-1} = %d after its recovery, want 1", up)

@@ -22,6 +22,8 @@
 //	keycap_hold_seconds{family,limit,shadow}             time a slot was held, on release
 //	keycap_store_failures_total{node}             store outages, counted at their first failure
 //	keycap_store_up{node}                         0 during an outage of that store partition, else 1
+//	keycap_process_overloaded_total{node}         store calls that ran out of their decision budget in
+//	                                              this process (CPU starvation), not in the store
 //
 // API pauses are labelled by API name: keep those to a bounded set (hosts,
 // vendors), not one per user.
@@ -48,7 +50,7 @@ type Observer struct {
 	acquired, exceeded, released, lost, ghosts *prometheus.CounterVec
 	inUse                                      *prometheus.GaugeVec
 	wait, hold                                 *prometheus.HistogramVec
-	failures                                   *prometheus.CounterVec
+	failures, overloaded                       *prometheus.CounterVec
 	up                                         *prometheus.GaugeVec
 
 	throttled, exhausted, pauses, held, retries *prometheus.CounterVec
@@ -144,6 +146,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		failures: counter("store_failures_total", "Store outages, counted at their first failure, by store partition.", "node"),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: "store_up",
 			Help: "0 during an outage of the store partition, else 1."}, []string{"node"}),
+		overloaded:  counter("process_overloaded_total", "Store calls that ran out of their decision budget in this process (CPU starvation), not in the store, by store partition.", "node"),
 		throttled:   counter("api_throttled_total", "Throttled responses, by API and status.", "api", "status"),
 		exhausted:   counter("api_exhausted_total", "Responses that said nothing remains until a reset.", "api"),
 		pauses:      counter("api_pauses_total", "Pauses started or extended.", "api"),
@@ -153,7 +156,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	}
 	o.up.WithLabelValues("").Set(1)
 	for _, col := range []prometheus.Collector{o.acquired, o.exceeded, o.released, o.lost, o.ghosts, o.inUse, o.wait, o.hold,
-		o.failures, o.up, o.throttled, o.exhausted, o.pauses, o.held, o.retries, o.pauseLength} {
+		o.failures, o.up, o.overloaded, o.throttled, o.exhausted, o.pauses, o.held, o.retries, o.pauseLength} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -196,6 +199,8 @@ func (o *Observer) Observe(e keycap.Event) {
 		o.up.WithLabelValues(e.Node).Set(0)
 	case keycap.StoreRecovered:
 		o.up.WithLabelValues(e.Node).Set(1)
+	case keycap.ProcessOverloaded:
+		o.overloaded.WithLabelValues(e.Node).Inc()
 	case keycap.SlotAcquired:
 		s := o.series(e.Limit)
 		s.acquired.Inc()

@@ -186,3 +186,27 @@ keycap_limit_exceeded_total{family="app",limit="reports user",shadow="false"} 1
 		t.Fatal(err)
 	}
 }
+
+// TestProcessOverloaded: a call lost in the process is counted apart from
+// the store's outages, which it leaves alone.
+func TestProcessOverloaded(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := promobserver.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		obs.Observe(keycap.Event{Kind: keycap.ProcessOverloaded, Node: "slots 0-5460"})
+	}
+	want := `
+# HELP keycap_process_overloaded_total Store calls that ran out of their decision budget in this process (CPU starvation), not in the store, by store partition.
+# TYPE keycap_process_overloaded_total counter
+keycap_process_overloaded_total{node="slots 0-5460"} 2
+# HELP keycap_store_up 0 during an outage of the store partition, else 1.
+# TYPE keycap_store_up gauge
+keycap_store_up{node=""} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "keycap_process_overloaded_total", "keycap_store_up", "keycap_store_failures_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -26,6 +26,12 @@ import (
 // store's calls of a pool in order: a call made after another (a release,
 // then an acquire of the same pool) reaches Redis after it, even when the
 // first one's caller did not wait for its reply (ReleaseAsync).
+//
+// An op whose deadline passes unanswered says how long Redis had it
+// (store.UnansweredError), so that the Limiter can tell a slow Redis from a
+// process too starved to send its calls: the time since its pipeline was
+// handed to the client, and the time it queued behind a pipeline in flight
+// (Redis held the queue); not the time it waited for a sender to run.
 
 // op is one call's commands, run in order in one pipeline.
 type op struct {
@@ -37,7 +43,25 @@ type op struct {
 
 	done chan struct{} // closed once cmds hold their replies, when then is nil
 	then func(o *op)   // else called, on the queue's goroutine; it must not block
+
+	// For the account of an op that runs out of time (unanswered): when
+	// it was queued, when its pipeline was handed to the client (0: not
+	// yet), and the pipeline it waited behind until then (sent at
+	// aheadSent, back at aheadLanded). All but queued are written under
+	// its queue's lock.
+	queued, sent, aheadSent, aheadLanded instant
 }
+
+// instant is a time since the package's epoch, as clock reads it: small
+// enough to keep a few on every op.
+type instant time.Duration
+
+var epoch = time.Now()
+
+func clock() instant { return instant(time.Since(epoch)) }
+
+// instantOf returns t as an instant.
+func instantOf(t time.Time) instant { return instant(t.Sub(epoch)) }
 
 // failed returns why o is not worth sending: its caller left, or its
 // deadline passed.
@@ -64,14 +88,44 @@ func (o *op) finish() {
 // err returns the first error among o's replies.
 func (o *op) err() error { return errOf(o.cmds...) }
 
-// wait waits for o's replies, or for ctx to end.
+// wait waits for o's replies, or for ctx to end. Replies that are there
+// when it ends are taken: a caller run late has them all the same.
 func (o *op) wait(ctx context.Context) error {
 	select {
 	case <-o.done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-o.done:
+			return nil
+		default:
+			return ctx.Err()
+		}
 	}
+}
+
+// unanswered is the error of o, unanswered at deadline, err being what it
+// met there: a *store.UnansweredError with how long, from its queuing to
+// deadline, Redis had o or held its queue: while o waited behind a
+// pipeline in flight, and since its own pipeline was handed to the client.
+// Not the time o waited for a sender to run. q is locked, or o was sent.
+func (o *op) unanswered(err error, deadline instant, q *queue) error {
+	var had time.Duration
+	if o.sent != 0 {
+		had = overlap(o.queued, deadline, o.aheadSent, o.aheadLanded) + overlap(o.sent, deadline, o.sent, deadline)
+	} else { // still queued
+		had = overlap(o.queued, deadline, q.sent, q.landed)
+		if q.flight != 0 {
+			had += overlap(o.queued, deadline, q.flight, deadline)
+		}
+	}
+	return &store.UnansweredError{Err: err, Outstanding: had}
+}
+
+// overlap returns how long the times from a0 to a1 and from b0 to b1
+// share.
+func overlap(a0, a1, b0, b1 instant) time.Duration {
+	return max(time.Duration(min(a1, b1)-max(a0, b0)), 0)
 }
 
 // queue gathers the ops bound for one node.
@@ -83,6 +137,32 @@ type queue struct {
 	ops     []*op
 	running bool            // a sender (or a caller leading) has the queue
 	pipe    redis.Pipeliner // used by whoever has the queue
+
+	// flight is when the pipeline in flight was handed to the client (0:
+	// none); sent and landed are when the last one that returned was, and
+	// when it returned: the times Redis held the queue, for op.unanswered.
+	flight, sent, landed instant
+}
+
+// land records that the pipeline in flight, if any, returned at now. q is
+// locked.
+func (q *queue) land(now instant) {
+	if q.flight != 0 {
+		q.sent, q.landed, q.flight = q.flight, now, 0
+	}
+}
+
+// take takes the ops queued for a pipeline handed to the client at now,
+// and records it in flight. q is locked.
+func (q *queue) take(batch []*op, now instant) []*op {
+	batch, q.ops = q.ops, batch[:0]
+	for _, o := range batch {
+		o.sent, o.aheadSent, o.aheadLanded = now, q.sent, q.landed
+	}
+	if len(batch) > 0 {
+		q.flight = now
+	}
+	return batch
 }
 
 // lanes and clusterLanes are the numbers of queues of one Redis and of
@@ -184,6 +264,9 @@ func (q *queue) submit(o *op) {
 
 // enqueue is submit on a locked queue, which it unlocks.
 func (q *queue) enqueue(o *op) {
+	if o.queued == 0 {
+		o.queued = clock()
+	}
 	q.ops = append(q.ops, o)
 	start := !q.running
 	q.running = true
@@ -209,11 +292,13 @@ func (q *queue) lead(ctx context.Context, o *op) bool {
 		q.pipe = q.s.client.Pipeline()
 	}
 	pipe := q.pipe
+	o.sent, q.flight = o.queued, o.queued
 	q.mu.Unlock()
 	_ = pipe.BatchProcess(context.Background(), o.cmds...)
 	one := [1]*op{o}
 	q.exec(ctx, pipe, one[:])
 	q.mu.Lock()
+	q.land(clock())
 	if len(q.ops) == 0 {
 		q.running = false
 		q.mu.Unlock()
@@ -236,26 +321,31 @@ func (q *queue) run() {
 	var batch []*op
 	for {
 		q.mu.Lock()
-		batch, q.ops = q.ops, batch[:0]
+		now := time.Now()
+		q.land(instantOf(now)) // the last pipeline, whose replies were handed out
+		batch = q.take(batch, instantOf(now))
 		if len(batch) == 0 {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
 		q.mu.Unlock()
-		q.send(pipe, batch)
+		q.send(pipe, batch, now)
 		clear(batch)
 	}
 }
 
-// send runs batch's ops in one pipeline and finishes each.
-func (q *queue) send(pipe redis.Pipeliner, batch []*op) {
-	now := time.Now()
+// send runs batch's ops in one pipeline, handed to the client at now, and
+// finishes each.
+func (q *queue) send(pipe redis.Pipeliner, batch []*op, now time.Time) {
 	var latest time.Time
 	bounded := true
 	live := batch[:0]
 	for _, o := range batch {
 		if err := o.failed(now); err != nil {
+			if o.ctx == nil && errors.Is(err, context.DeadlineExceeded) {
+				err = o.unanswered(err, instantOf(o.deadline), q) // o.sent is set
+			}
 			for _, c := range o.cmds {
 				c.SetErr(err)
 			}
@@ -332,12 +422,15 @@ func (s *Store) do(ctx context.Context, pool store.PoolID, script bool, cmds ...
 	return s.run(ctx, pool, &op{cmds: cmds, script: script})
 }
 
-// run runs o's commands as do does.
+// run runs o's commands as do does. A call whose deadline passes
+// unanswered returns a *store.UnansweredError (op.unanswered).
 func (s *Store) run(ctx context.Context, pool store.PoolID, o *op) error {
 	o.ctx = ctx
-	if !s.queues.of(s, pool).lead(ctx, o) {
+	o.queued = clock()
+	q := s.queues.of(s, pool)
+	if !q.lead(ctx, o) {
 		if err := o.wait(ctx); err != nil {
-			return err
+			return q.unanswered(ctx, o, err)
 		}
 	}
 	if o.err() != nil {
@@ -346,8 +439,20 @@ func (s *Store) run(ctx context.Context, pool store.PoolID, o *op) error {
 		// with ctx would (its timer may lag the pipeline's by a moment).
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			<-ctx.Done()
-			return ctx.Err()
+			return q.unanswered(ctx, o, ctx.Err())
 		}
 	}
 	return nil
+}
+
+// unanswered returns err, the end of ctx that o's caller met, as o's
+// *store.UnansweredError when it is ctx's deadline.
+func (q *queue) unanswered(ctx context.Context, o *op, err error) error {
+	dl, ok := ctx.Deadline()
+	if !ok || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return o.unanswered(err, instantOf(dl), q)
 }

@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	case "fair-worker":
 		fairWorker()
 		return
+	case "busy":
+		busyLoad()
+		return
 	}
 	testkit.VerifyNoLeaks(m)
 }

@@ -38,6 +38,9 @@
 // budget, when it is one — so the client must have ContextTimeoutEnabled: New
 // refuses a *redis.Client, *redis.ClusterClient or *redis.Ring without it, since go-redis
 // would otherwise wait its own read timeout, and retry it, past any budget.
+// A pipelined call (an acquire, a release) whose deadline passes unanswered
+// says how long Redis had it (store.UnansweredError): the Limiter does not
+// count against Redis the time the call waited in the process to be sent.
 //
 // On Redis Cluster the store helps the client follow a failover: when a
 // node does not answer, it asks go-redis to reload the cluster's slots at
@@ -211,10 +214,14 @@ var errContextTimeouts = errors.New("redisstore: the client's ContextTimeoutEnab
 
 // failed is called with every error of a call. On a cluster, an error that
 // is not Redis's own reply (a node that does not answer) makes go-redis
-// reload the slots at once, to find the master that replaced a dead one.
+// reload the slots at once, to find the master that replaced a dead one;
+// a call that never left the process says nothing of the nodes.
 func (s *Store) failed(err error) {
 	if s.cluster == nil || err == nil || errors.Is(err, context.Canceled) {
 		return
+	}
+	if u := (*store.UnansweredError)(nil); errors.As(err, &u) && u.Outstanding == 0 {
+		return // it never left the process: nothing to say of a node
 	}
 	var re redis.Error
 	if errors.As(err, &re) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") && !redis.HasErrorPrefix(err, "TRYAGAIN") {
@@ -456,6 +463,10 @@ func (s *Store) ReleaseAsync(pool store.PoolID, owner store.Owner, d store.Deman
 	}
 	o.then = func(o *op) {
 		if err := o.err(); err != nil || c.waiting.Val() != 1 {
+			var u *store.UnansweredError
+			if err != nil && budget > 0 && clock() >= instantOf(o.deadline) && !errors.As(err, &u) {
+				err = o.unanswered(err, instantOf(o.deadline), q) // its pipeline outlived its deadline; o was sent
+			}
 			finish(err)
 			return
 		}

@@ -273,6 +273,34 @@ func (e *NotSupportedError) Error() string {
 // Is makes errors.Is(err, ErrNotSupported) true.
 func (e *NotSupportedError) Is(target error) bool { return target == ErrNotSupported }
 
+// UnansweredError is the error of a call whose context's deadline passed
+// before the store answered it, from a store that can tell where the call
+// spent its time. Outstanding is how long, before the deadline, the store
+// had the call: from when its request — or the request it queued behind on
+// its way to the same node — was handed to the client that sends it, until
+// the deadline. The rest of the call waited in this process: for its turn,
+// for a goroutine to send it. An Outstanding of 0 is a call that never
+// left the process.
+//
+// The Limiter reads it to tell a slow store from a process too starved to
+// get its calls through (keycap.BudgetError); a store that cannot tell
+// returns the context's error alone, and is then taken to have had the
+// call all along.
+type UnansweredError struct {
+	Err         error // the context's error
+	Outstanding time.Duration
+}
+
+func (e *UnansweredError) Error() string {
+	if e.Outstanding <= 0 {
+		return fmt.Sprintf("%v (never sent)", e.Err)
+	}
+	return fmt.Sprintf("%v (sent %s before it)", e.Err, e.Outstanding.Round(time.Millisecond))
+}
+
+// Unwrap returns the context's error.
+func (e *UnansweredError) Unwrap() error { return e.Err }
+
 // Need returns a *NotSupportedError naming what s lacks of need, or nil
 // when s has it all.
 func Need(s Store, need Features) error {

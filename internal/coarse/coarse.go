@@ -5,6 +5,9 @@
 // A reading is never ahead of the precise clock and, while the refreshing
 // goroutine runs on time, at most one Tick behind it. Code that sets an
 // expiry from it adds Tick, so that what it times never ends early.
+//
+// Once Watch is called, the refreshing goroutine also notes when the
+// process did not run on time (stall.go), for Stalled.
 package coarse
 
 import (
@@ -51,18 +54,31 @@ func mark() time.Duration {
 	if !running {
 		now.Store(int64(time.Since(base)))
 		running = true
-		go tick()
+		var w watcher
+		if watching.Load() {
+			w.start() // with the ticker, not at some tick of it
+		}
+		go tick(w)
 	}
 	used.Store(true)
 	return time.Duration(now.Load())
 }
 
-func tick() {
+// tick refreshes the clock until it is not read for Idle; w is its part of
+// the watch (stall.go).
+func tick(w watcher) {
 	t := time.NewTicker(Tick)
 	defer t.Stop()
 	unread := 0
+	prev := time.Since(base)
+	defer w.stop()
 	for range t.C {
-		now.Store(int64(time.Since(base)))
+		cur := time.Since(base)
+		now.Store(int64(cur))
+		if watching.Load() {
+			w.tick(prev, cur)
+		}
+		prev = cur
 		if used.Load() {
 			used.Store(false)
 			unread = 0

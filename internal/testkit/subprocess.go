@@ -90,6 +90,9 @@ func (h *Helper) Send(line string) {
 	_, _ = io.WriteString(h.in, line+"\n")
 }
 
+// Pid returns the helper's process ID.
+func (h *Helper) Pid() int { return h.cmd.Process.Pid }
+
 // Lines returns the lines the helper prints, as it prints them.
 func (h *Helper) Lines() <-chan string { return h.lines }
 
