@@ -491,7 +491,11 @@ func testParentContention(t *testing.T, open func() keycap.Store) {
 	if over.Load() > 0 || overKey.Load() > 0 {
 		t.Errorf("over the parent's max %d times, over a key's max %d times", over.Load(), overKey.Load())
 	}
-	if grants.Load() < 50 {
+	// A stalled line grants nothing more; a slow one still grants. pgstore
+	// under -race grants 49–89 in the 3 s on a quiet 2-core machine (its
+	// parent decisions are slow: issue 27), so the floor catches a stall,
+	// not that slowness.
+	if grants.Load() < 20 {
 		t.Errorf("%d grants in 3s: the line stalls", grants.Load())
 	}
 	t.Logf("%d grants in 3s, %d clients, %d keys", grants.Load(), clients, len(keys))
