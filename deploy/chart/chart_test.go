@@ -469,7 +469,7 @@ func TestChartRuns(t *testing.T) {
 		}
 	}()
 
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := &http.Client{Timeout: 30 * time.Second} // the held request waits through the drain
 	get := func(url string, hdr ...string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", url, nil)
@@ -533,7 +533,11 @@ func TestChartRuns(t *testing.T) {
 	}
 	t.Logf("SIGTERM → /readyz 503 in %v", notReady.Round(time.Millisecond))
 	// The held request ends when its upstream answers; then the gateway exits 0.
-	held <- struct{}{}
+	select {
+	case held <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Error("the held request had left its upstream before it was let go")
+	}
 	if err := <-holdErr; err != nil {
 		t.Error(err)
 	}
