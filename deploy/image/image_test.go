@@ -3,6 +3,7 @@ package image_test
 import (
 	"archive/tar"
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -167,7 +168,10 @@ func runPodman(t *testing.T, idx v1.ImageIndex, tag string) {
 		t.Fatal(err)
 	}
 	run := func(args ...string) (string, error) {
-		cmd := exec.Command(podman, args...)
+		// Each podman call bounded: a wedged runtime fails the test, not CI.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, podman, args...)
 		out, err := cmd.CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
