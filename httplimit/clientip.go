@@ -125,22 +125,28 @@ func (c ClientIP) ForwardedFor(r *http.Request) string {
 // server, the connection's peer last: the path the request took, as far as
 // it can be trusted.
 func (c ClientIP) chain(r *http.Request) ([]netip.Addr, bool) {
-	remote, ok := parseNode(r.RemoteAddr)
+	return c.chainOf(r.RemoteAddr, r.Header.Values)
+}
+
+// chainOf is chain for a peer at remoteAddr whose proxy headers values
+// returns (by canonical name): the same rule for any protocol's requests.
+func (c ClientIP) chainOf(remoteAddr string, values func(name string) []string) ([]netip.Addr, bool) {
+	remote, ok := parseNode(remoteAddr)
 	if !ok {
 		return nil, false
 	}
 	if len(c.trusted) == 0 || !c.isTrusted(remote) {
 		return []netip.Addr{remote}, true
 	}
-	values := r.Header.Values(c.header)
-	if len(values) == 0 {
+	hdr := values(c.header)
+	if len(hdr) == 0 {
 		return []netip.Addr{remote}, true
 	}
 	var hops []string
 	if c.header == HeaderForwarded {
-		hops = forwardedFor(values)
+		hops = forwardedFor(hdr)
 	} else {
-		for _, v := range values {
+		for _, v := range hdr {
 			hops = append(hops, strings.Split(v, ",")...)
 		}
 	}
@@ -171,6 +177,18 @@ func (c ClientIP) Key(r *http.Request) string {
 		return "ip:unknown"
 	}
 	return c.KeyOf(a)
+}
+
+// KeyFrom is Key for a request of another protocol (a gRPC call): from
+// the peer's address, remoteAddr ("host:port" or an address alone), and its
+// proxy headers, which values returns by canonical name ("X-Forwarded-For",
+// "Forwarded"); values is called only when remoteAddr is a trusted proxy.
+func (c ClientIP) KeyFrom(remoteAddr string, values func(name string) []string) string {
+	chain, ok := c.chainOf(remoteAddr, values)
+	if !ok {
+		return "ip:unknown"
+	}
+	return c.KeyOf(chain[0])
 }
 
 // KeyOf returns the pool key of the client address a, as Key does for a

@@ -125,7 +125,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w for a request to %s: WithAPIName must name every request's API", ErrNoAPIName, req.URL.Redacted())
 	}
 	for attempt := 0; ; attempt++ {
-		if err := t.await(ctx, api); err != nil {
+		if err := t.ps.Admit(ctx, api, t.maxWait); err != nil {
 			if req.Body != nil {
 				_ = req.Body.Close() // a RoundTripper closes the body, even on error
 			}
@@ -160,7 +160,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if until, err := t.ps.Pause(ctx, api, h.Wait); err == nil {
 			wait = max(time.Until(until), 0)
 		}
-		if attempt >= t.maxRetries || !t.canWait(ctx, wait) || !t.canResend(req) {
+		if attempt >= t.maxRetries || !canWait(ctx, wait, t.maxWait) || !t.canResend(req) {
 			return resp, nil
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -172,18 +172,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// await returns once api may be called: at once when it is neither paused
-// nor over its rate, after a short wait in place, or with a *PausedError.
-// A store that cannot answer lets the call go (fail open).
-func (t *Transport) await(ctx context.Context, api string) error {
+// Admit returns once api may be called: at once when it is neither paused
+// nor over its rate (WithRate: it takes one from the rate), after a wait in
+// place of at most maxWait that ends before ctx's deadline, or with a
+// *PausedError. A store that cannot answer lets the call go (fail open).
+// Transport calls it before each request; a front door of another protocol
+// (grpclimit's client interceptors) calls it before each call.
+func (ps *Pauses) Admit(ctx context.Context, api string, maxWait time.Duration) error {
 	for {
-		left, err := t.ps.Paused(ctx, api)
+		left, err := ps.Paused(ctx, api)
 		if err != nil && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		paced := false
 		if left == 0 {
-			if left, err = t.ps.pace(ctx, api); err != nil && ctx.Err() != nil {
+			if left, err = ps.pace(ctx, api); err != nil && ctx.Err() != nil {
 				return ctx.Err()
 			}
 			paced = true
@@ -191,8 +194,8 @@ func (t *Transport) await(ctx context.Context, api string) error {
 		if left == 0 {
 			return nil
 		}
-		if !t.canWait(ctx, left) {
-			t.ps.emit(keycap.Event{Kind: keycap.CallHeld, API: api, Wait: left, Paced: paced})
+		if !canWait(ctx, left, maxWait) {
+			ps.emit(keycap.Event{Kind: keycap.CallHeld, API: api, Wait: left, Paced: paced})
 			return &PausedError{API: api, Until: time.Now().Add(left), Paced: paced}
 		}
 		if err := sleep(ctx, left); err != nil {
@@ -224,9 +227,10 @@ func refusal(req *http.Request, pe *PausedError) *http.Response {
 	}
 }
 
-// canWait reports whether a wait of d may be spent in place.
-func (t *Transport) canWait(ctx context.Context, d time.Duration) bool {
-	if d > t.maxWait {
+// canWait reports whether a wait of d may be spent in place: it is at most
+// maxWait and ends before ctx's deadline.
+func canWait(ctx context.Context, d, maxWait time.Duration) bool {
+	if d > maxWait {
 		return false
 	}
 	deadline, ok := ctx.Deadline()

@@ -91,6 +91,9 @@ var Heavy = []string{
 	"github.com/centrifugal/",
 	"go.yaml.in/yaml",
 	"gopkg.in/yaml",
+	"google.golang.org/grpc",
+	"connectrpc.com/",
+	"github.com/caddyserver/",
 }
 
 // ThisModule returns the module of the test's directory with the keycap

@@ -1,0 +1,37 @@
+package rpclimit_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/memstore"
+	"github.com/keycap/keycap/rpclimit"
+)
+
+// FuzzCall: whatever a client sends — procedure, key metadata, a peer
+// address, proxy headers — and whatever pattern an application registers, a
+// call is run, or refused as over its limit or for a bad key: never an
+// internal error, never a panic.
+func FuzzCall(f *testing.F) {
+	limiter, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer limiter.Close()
+	f.Add("/a.S/M", "tenant", "203.0.113.1:5", "198.51.100.7, 10.0.0.1", "/a.S/*")
+	f.Add("", "", "", "", "*")
+	f.Add("/a.S/M/x", "\x00\xff", "[::1]:1", "for=\"[2001:db8::1]\"", "/a.S/M")
+	f.Fuzz(func(t *testing.T, procedure, key, peer, forwarded, pattern string) {
+		limits, _ := rpclimit.New(limiter)
+		_ = limits.Set(pattern, rpclimit.Max(1).ByMetadata("x-tenant"))
+		_ = limits.Set("*", rpclimit.All(rpclimit.Max(1), rpclimit.Limit(keycap.Spec{Name: "team", Max: 2}).ByMetadata("x-team").IfMissing(rpclimit.DefaultKeyIfMissing)))
+		md := map[string][]string{"x-tenant": {key}, "x-forwarded-for": {forwarded}, "forwarded": {forwarded}}
+		c := &rpclimit.Call{Procedure: procedure, Peer: peer, Metadata: func(name string) []string { return md[name] }}
+		if r := limits.Run(context.Background(), c, func(context.Context) {}); r != nil &&
+			r.Code != rpclimit.InvalidArgument && r.Code != rpclimit.ResourceExhausted {
+			t.Fatalf("refused with %d: %v", r.Code, r)
+		}
+		_ = limits.DefaultKey(context.Background(), c)
+	})
+}
