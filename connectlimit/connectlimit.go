@@ -1,0 +1,99 @@
+// Package connectlimit caps the Connect RPCs in flight per user, tenant or
+// key, and pauses a client's calls to a throttled service everywhere:
+// connectrpc.com/connect interceptors on keycap's leased slots and shared
+// pauses, over the Connect, gRPC and gRPC-Web protocols alike.
+//
+// The rules are rpclimit's; the handler interceptor applies them:
+//
+//	limits, _ := rpclimit.New(limiter)
+//	limits.Set("/export.v1.ExportService/*", rpclimit.Max(2).ByMetadata("x-tenant"))
+//	path, handler := exportv1connect.NewExportServiceHandler(svc,
+//		connect.WithInterceptors(connectlimit.NewInterceptor(limits)))
+//
+// A refused call ends with CodeResourceExhausted, a google.rpc.RetryInfo
+// detail and the grpc-retry-pushback-ms metadata (1 s unless the limit sets
+// another), and a Retry-After in whole seconds for plain HTTP clients of
+// the Connect protocol. A store failure lets the call run (fail open) or
+// ends it with CodeUnavailable (fail closed), per limit; a call without its
+// key's metadata follows the limit's rpclimit.Missing. A stream holds its
+// slot for its whole life, until its handler returns.
+//
+// NewPauseInterceptor is the client side: a throttled answer pauses its
+// service for every caller on every server (package pause), and calls
+// during the pause fail fast, unsent.
+package connectlimit
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/keycap/keycap/rpclimit"
+)
+
+// NewInterceptor returns a handler interceptor that caps calls with limits:
+// each call holds a slot of every limit its procedure's rule returns while
+// its handler runs. On a client it does nothing.
+func NewInterceptor(limits *rpclimit.Limiters) connect.Interceptor {
+	return &interceptor{limits: limits}
+}
+
+type interceptor struct{ limits *rpclimit.Limiters }
+
+func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		c := rpclimit.Call{Procedure: req.Spec().Procedure, Peer: req.Peer().Addr, Metadata: req.Header().Values}
+		var resp connect.AnyResponse
+		var err error
+		if r := i.limits.Run(ctx, &c, func(ctx context.Context) { resp, err = next(ctx, req) }); r != nil {
+			return nil, Error(r)
+		}
+		return resp, err
+	}
+}
+
+func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		c := rpclimit.Call{Procedure: conn.Spec().Procedure, Stream: true, Peer: conn.Peer().Addr, Metadata: conn.RequestHeader().Values}
+		var err error
+		if r := i.limits.Run(ctx, &c, func(ctx context.Context) { err = next(ctx, conn) }); r != nil {
+			return Error(r)
+		}
+		return err
+	}
+}
+
+// Error returns the *connect.Error a refused call ends with: the refusal's
+// code and message; when it asks for a delay, a RetryInfo detail, the
+// grpc-retry-pushback-ms metadata and a Retry-After in whole seconds.
+// errors.As finds r, and what refused the call, in it.
+func Error(r *rpclimit.Refusal) *connect.Error {
+	e := connect.NewError(connect.Code(r.Code), &refused{r})
+	if v, ok := r.Pushback(); ok {
+		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter)}); err == nil {
+			e.AddDetail(d)
+		}
+		e.Meta().Set(rpclimit.PushbackHeader, v)
+		e.Meta().Set("Retry-After", strconv.FormatInt(int64((r.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	return e
+}
+
+// refused carries the refusal's message to the client and the refusal
+// itself to errors.As.
+type refused struct{ r *rpclimit.Refusal }
+
+func (e *refused) Error() string { return e.r.Message }
+
+func (e *refused) Unwrap() error { return e.r }

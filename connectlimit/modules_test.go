@@ -1,0 +1,17 @@
+package connectlimit_test
+
+import (
+	"testing"
+
+	"github.com/keycap/keycap/internal/testkit"
+)
+
+// TestModuleIsLight: a program that imports only connectlimit links none of the
+// heavy modules other front doors need beyond the one it adapts.
+func TestModuleIsLight(t *testing.T) {
+	t.Parallel()
+	mods, requires := testkit.ThisModule(t)
+	_, linked := testkit.Consumer(t, []string{"github.com/keycap/keycap/connectlimit"}, mods, requires)
+	testkit.CheckLight(t, linked, "connectrpc.com/")
+	t.Logf("links %d modules: %v", len(linked), linked)
+}
