@@ -30,6 +30,7 @@ type Config struct {
 	Admin           string         `yaml:"admin"`
 	AdminAPI        AdminAPIConfig `yaml:"admin_api"`
 	Upstream        string         `yaml:"upstream"`
+	UpstreamProto   string         `yaml:"upstream_protocol"` // auto (default), http1, http2
 	DemoUpstream    string         `yaml:"demo_upstream"`
 	ShutdownTimeout Duration       `yaml:"shutdown_timeout"`
 	ShutdownDelay   Duration       `yaml:"shutdown_delay"`
@@ -152,6 +153,7 @@ type RouteConfig struct {
 	Methods  []string        `yaml:"methods"`
 	Path     string          `yaml:"path"`
 	Upstream string          `yaml:"upstream"`
+	Protocol string          `yaml:"upstream_protocol"` // default the top level's for its upstream, auto for the route's own
 	Pool     string          `yaml:"pool"`
 	Limits   []LimitConfig   `yaml:"limits"`
 	Shadow   bool            `yaml:"shadow"`   // every limit of the route decides and reports, none refuses
@@ -160,6 +162,19 @@ type RouteConfig struct {
 	MaxHold  Duration        `yaml:"max_hold"` // default 1m
 	MaxBody  *Bytes          `yaml:"max_body"` // default server.max_body
 }
+
+// The protocols the gateway speaks to an upstream (upstream_protocol).
+const (
+	// ProtocolAuto: HTTP/2 to an https:// upstream that offers it (ALPN),
+	// else HTTP/1.1; to an http:// upstream HTTP/1.1, but gRPC calls by
+	// HTTP/2 with prior knowledge (h2c): gRPC has no HTTP/1.1.
+	ProtocolAuto = "auto"
+	// ProtocolHTTP1: HTTP/1.1 only.
+	ProtocolHTTP1 = "http1"
+	// ProtocolHTTP2: HTTP/2 only: h2c (prior knowledge) to http://, h2 to
+	// https://.
+	ProtocolHTTP2 = "http2"
+)
 
 // Release modes of a route.
 const (
@@ -367,10 +382,19 @@ func (c *Config) defaults(dir string) {
 		j.PublicKeyFile = resolve(dir, j.PublicKeyFile)
 		j.JWKSFile = resolve(dir, j.JWKSFile)
 	}
+	if c.UpstreamProto == "" {
+		c.UpstreamProto = ProtocolAuto
+	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		if r.Pool == "" {
 			r.Pool = r.Name
+		}
+		if r.Protocol == "" {
+			r.Protocol = ProtocolAuto
+			if r.Upstream == "" {
+				r.Protocol = c.UpstreamProto
+			}
 		}
 		t := c.Timeouts
 		if r.Timeouts != nil {
@@ -493,6 +517,14 @@ func (v *validator) addr(path []any, s string) {
 	}
 }
 
+func (v *validator) protocol(path []any, s string) {
+	switch s {
+	case "", ProtocolAuto, ProtocolHTTP1, ProtocolHTTP2:
+	default:
+		v.errf(path, "invalid protocol %q: auto, http1 or http2 (HTTP/2 only: h2c, by prior knowledge, to an http:// upstream)", s)
+	}
+}
+
 func (v *validator) nonNegative(path []any, d Duration) {
 	if d < 0 {
 		v.errf(path, "must be at least 0")
@@ -507,6 +539,7 @@ func (v *validator) validate(c *Config) {
 	} else {
 		v.url(p("upstream"), c.Upstream, "http", "https")
 	}
+	v.protocol(p("upstream_protocol"), c.UpstreamProto)
 	for i, a := range c.Listen {
 		path := p("listen")
 		if len(c.Listen) > 1 || locate(v.root, "listen").Kind == yaml.SequenceNode {
@@ -807,6 +840,7 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 	if r.Upstream != "" {
 		v.url(rp("upstream"), r.Upstream, "http", "https")
 	}
+	v.protocol(rp("upstream_protocol"), r.Protocol)
 	if r.Timeouts != nil {
 		v.timeouts(rp("timeouts"), r.Timeouts)
 	}

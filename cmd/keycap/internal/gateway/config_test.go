@@ -93,6 +93,10 @@ routes:
 		{"shared pool, other limits", "upstream: http://x\nroutes:\n  - {name: a, path: /a, pool: p, limits: [{max: 1}]}\n  - {name: b, path: /b, pool: p, limits: [{max: 2}]}\n", []string{"line 4, column 42: routes[1].limits: routes \"a\" and \"b\" share pool \"p\""}},
 		{"route timeouts and release", "upstream: http://x\nroutes:\n  - {name: a, path: /a, release: never, timeouts: {dial: -1s}, limits: [{max: 1}]}\n", []string{"routes[0].release: invalid \"never\"", "routes[0].timeouts.dial: must be at least 0"}},
 		{"store", "upstream: http://x\nstore:\n  type: redis\n  prefix: \"a{b\"\n", []string{"line 3, column 3: store.url: required for a redis store", "line 4, column 11: store.prefix: must not contain"}},
+		{"upstream protocol", "upstream: http://x\nupstream_protocol: h2c\nroutes:\n  - {name: a, path: /a, upstream_protocol: grpc, limits: [{max: 1}]}\n", []string{
+			"line 2, column 20: upstream_protocol: invalid protocol \"h2c\": auto, http1 or http2 (HTTP/2 only: h2c",
+			"line 4, column 44: routes[0].upstream_protocol: invalid protocol \"grpc\"",
+		}},
 		{"store type", "upstream: http://x\nstore: {type: etcd}\n", []string{"line 2, column 15: store.type: invalid store \"etcd\""}},
 		{"client ip", "upstream: http://x\nclient_ip:\n  trusted_proxies: [10.0.0.0/33]\n  header: X-Real-IP\n", []string{"line 3, column 21: client_ip.trusted_proxies[0]", "line 4, column 11: client_ip.header"}},
 		{"listen and admin", "upstream: http://x\nlisten: [\"127.0.0.1:8080\", \"localhost\"]\nadmin: \":99999\"\n", []string{"line 2, column 28: listen[1]: invalid address \"localhost\"", "line 3, column 8: admin: invalid port \"99999\""}},

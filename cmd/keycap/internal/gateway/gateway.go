@@ -309,7 +309,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 			target = r.Upstream
 		}
 		t := r.Timeouts
-		proxy, err := g.newRouteProxy(r.Name, target,
+		proxy, err := g.newRouteProxy(r.Name, target, r.Protocol,
 			upstreamSettings{dial: time.Duration(t.Dial), responseHeader: time.Duration(t.ResponseHeader), total: time.Duration(t.Total)},
 			r.Release, time.Duration(r.MaxHold), cip)
 		if err != nil {
@@ -329,6 +329,9 @@ func (rt *router) routes(g *Gateway) (err error) {
 			maxBody: int64(*r.MaxBody),
 			label:   frontdoor.Labels(rt.backend.limiter),
 			next:    limits.Must(r.Pool)(proxy),
+		}
+		for _, l := range r.Limits {
+			h.retry = max(h.retry, retryAfter(l))
 		}
 		patterns := []string{r.Path}
 		if len(r.Methods) > 0 {
@@ -365,7 +368,7 @@ func (rt *router) routes(g *Gateway) (err error) {
 			maxMessage: int64(*pc.MaxMessage), rate: *pc.MessagesPerSecond, burst: *pc.MessageBurst}
 	}
 	if catchAll {
-		proxy, err := g.newRouteProxy("default", cfg.Upstream,
+		proxy, err := g.newRouteProxy("default", cfg.Upstream, cfg.UpstreamProto,
 			upstreamSettings{dial: time.Duration(cfg.Timeouts.Dial), responseHeader: time.Duration(cfg.Timeouts.ResponseHeader), total: time.Duration(cfg.Timeouts.Total)},
 			ReleaseOnClientDone, 0, cip)
 		if err != nil {
@@ -393,7 +396,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	canon, err := canonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		httplimit.WriteError(w, r, http.StatusBadRequest, "Bad Request: invalid path")
+		writeError(w, r, http.StatusBadRequest, "Bad Request: invalid path")
 		return
 	}
 	if canon != r.URL.Path || r.URL.RawPath != "" {
@@ -406,7 +409,11 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.ws.ServeHTTP(w, r)
 		return
 	}
-	rt.handler(r).ServeHTTP(w, r)
+	h := rt.handler(r)
+	if _, ok := h.(*routeHandler); !ok && isGRPC(r) {
+		w = &grpcWriter{ResponseWriter: w} // the mux's 404 or 405
+	}
+	h.ServeHTTP(w, r)
 }
 
 // handler returns the handler of r's route: the one that matches its path,
@@ -448,7 +455,8 @@ type routeHandler struct {
 	history *history
 	keys    *keyer // nil for the catch-all
 	maxBody int64
-	label   bool // the limiter keeps labels: give it the request's ID
+	label   bool          // the limiter keeps labels: give it the request's ID
+	retry   time.Duration // the largest retry_after of its limits: a gRPC call's pushback when the store is down
 	next    http.Handler
 }
 
@@ -472,17 +480,40 @@ func (h *routeHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	q := &w.r
 	w.q = q
 	defer h.finish(q)
+	grpc := isGRPC(r)
 	if h.maxBody > 0 {
-		if r.ContentLength > h.maxBody {
+		switch {
+		case r.ContentLength > h.maxBody:
 			q.set(outcomeTooLarge)
-			httplimit.WriteError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
+			writeError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 			return
-		}
-		if r.Body != nil && r.Body != http.NoBody {
+		case r.Body == nil || r.Body == http.NoBody:
+		case grpc:
+			r.Body = &grpcMessages{ReadCloser: r.Body, max: h.maxBody}
+		default:
 			r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
 		}
 	}
 	ctx := context.WithValue(r.Context(), requestKey{}, q)
+	var next http.ResponseWriter = w
+	if grpc {
+		// The limit middleware's answers become gRPC statuses; the call's
+		// deadline bounds its wait for a slot and its time upstream.
+		next = &grpcWriter{ResponseWriter: w, retry: h.retry}
+		if d, ok := grpcTimeout(r); ok {
+			q.deadline = time.Now().Add(d)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, q.deadline, errGRPCDeadline)
+			defer cancel()
+			defer func() {
+				if q.status == 0 && context.Cause(ctx) == errGRPCDeadline {
+					// The deadline passed while the call waited for a slot.
+					q.set(outcomeUpstreamTimeout)
+					writeError(w, r, http.StatusGatewayTimeout, "Gateway Timeout: the call's deadline passed")
+				}
+			}()
+		}
+	}
 	if h.keys != nil {
 		keys, missing, ok := h.keys.keys(r)
 		if !ok {
@@ -490,7 +521,7 @@ func (h *routeHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			if missing.kind == "claim" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="keycap"`)
 			}
-			httplimit.WriteError(w, r, http.StatusUnauthorized, "Unauthorized: this route needs "+missing.String())
+			writeError(w, r, http.StatusUnauthorized, "Unauthorized: this route needs "+missing.String())
 			return
 		}
 		ctx = withKeys(ctx, keys)
@@ -498,7 +529,7 @@ func (h *routeHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			ctx = keycap.WithLabel(ctx, r.Header.Get("X-Request-Id"))
 		}
 	}
-	h.next.ServeHTTP(w, r.WithContext(ctx))
+	h.next.ServeHTTP(next, r.WithContext(ctx))
 }
 
 func newKeyer(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) *keyer {
@@ -531,15 +562,19 @@ func newKeyer(r RouteConfig, cip httplimit.ClientIP, verify *tokenVerifier) *key
 func ruleFor(r RouteConfig, parents map[string]*keycap.Parent) httplimit.LimitFunc {
 	specs := make([]keycap.Spec, len(r.Limits))
 	slots := make([]httplimit.Slots, len(r.Limits))
+	limit := func(sp keycap.Spec, l LimitConfig) httplimit.Slots {
+		s := httplimit.Limit(sp).Respond(refuse(retryAfter(l)))
+		if l.RetryAfter != nil {
+			s = s.RetryAfter(time.Duration(*l.RetryAfter))
+		}
+		return s
+	}
 	for i, l := range r.Limits {
 		specs[i] = l.spec(parents[l.Parent])
 		// The pool's rule is registered by the first route of the pool;
 		// each route's own weight comes with its request (keysOf).
 		specs[i].Weight = 0
-		slots[i] = httplimit.Limit(specs[i])
-		if l.RetryAfter != nil {
-			slots[i] = slots[i].RetryAfter(time.Duration(*l.RetryAfter))
-		}
+		slots[i] = limit(specs[i], l)
 	}
 	return func(req *http.Request) httplimit.Rule {
 		rk := keysOf(req)
@@ -558,10 +593,7 @@ func ruleFor(r RouteConfig, parents map[string]*keycap.Parent) httplimit.LimitFu
 				sp.Weight, changed = rk.weights[i], true
 			}
 			if changed {
-				all[i] = httplimit.Limit(sp).By(keys[i])
-				if l := r.Limits[i]; l.RetryAfter != nil {
-					all[i] = all[i].RetryAfter(time.Duration(*l.RetryAfter))
-				}
+				all[i] = limit(sp, r.Limits[i]).By(keys[i])
 			}
 		}
 		if len(all) == 1 {
@@ -571,12 +603,35 @@ func ruleFor(r RouteConfig, parents map[string]*keycap.Parent) httplimit.LimitFu
 	}
 }
 
+// retryAfter is a limit's retry_after: what a refused request is told to
+// wait.
+func retryAfter(l LimitConfig) time.Duration {
+	if l.RetryAfter != nil {
+		return time.Duration(*l.RetryAfter)
+	}
+	return httplimit.DefaultRetryAfter
+}
+
+// refuse answers a request a limit refused: 429 as httplimit does, or, to a
+// gRPC call, RESOURCE_EXHAUSTED with retry (the limit's exact retry_after,
+// which Retry-After rounds up to seconds) as its pushback.
+func refuse(retry time.Duration) httplimit.ResponseFunc {
+	return func(w http.ResponseWriter, r *http.Request, _ *keycap.LimitError) {
+		const msg = "Too Many Concurrent Requests"
+		if isGRPC(r) {
+			writeGRPCError(w, http.StatusTooManyRequests, msg, retry)
+			return
+		}
+		httplimit.WriteError(w, r, http.StatusTooManyRequests, msg)
+	}
+}
+
 // Gateway serves a configuration, and swaps in a new one on Reload.
 type Gateway struct {
-	log       *slog.Logger
-	metrics   *metrics
-	history   *history // the admin page's, on while the admin API is
-	transport *http.Transport
+	log        *slog.Logger
+	metrics    *metrics
+	history    *history // the admin page's, on while the admin API is
+	transports *transports
 
 	mu      sync.Mutex // serialises Reload
 	current struct {
@@ -590,7 +645,7 @@ type Gateway struct {
 
 // New builds a gateway from cfg.
 func New(cfg *Config, log *slog.Logger) (*Gateway, error) {
-	g := &Gateway{log: log, metrics: newMetrics(), history: newHistory(), transport: newTransport()}
+	g := &Gateway{log: log, metrics: newMetrics(), history: newHistory(), transports: newTransports()}
 	rt, err := g.build(cfg, nil)
 	if err != nil {
 		return nil, err

@@ -225,13 +225,16 @@ func (c *limitConn) Close() error {
 // started (as Kestrel's MinRequestBodyDataRate does): a client that trickles
 // a byte a second, which a between-reads timeout alone never cuts off, falls
 // behind and is answered 408, its connection closed. The deadline is lifted
-// once the body has been read, so a long response is not affected.
+// once the body has been read, so a long response is not affected. A gRPC
+// call's body is a stream of messages that may pause for as long as the
+// call lasts (a bidirectional stream waits on its user): its deadline and
+// the upstream bound it instead.
 func bodyTimeout(d time.Duration, minRate int64, next http.Handler) http.Handler {
 	if d <= 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 && !isGRPC(r) {
 			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: d, rate: minRate, start: time.Now()}
 		}
 		next.ServeHTTP(w, r)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -77,6 +78,8 @@ type request struct {
 	outcome string // "": the upstream answered, or nobody did
 	status  int    // the status written, 0 before
 	trace   string // the sampled trace it belongs to (traceID), "" if none
+
+	deadline time.Time // a gRPC call's, from its grpc-timeout; zero: none
 }
 
 // traceOf is the trace of a request (q's, else read from r).

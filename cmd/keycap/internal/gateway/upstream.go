@@ -61,6 +61,50 @@ func newTransport() *http.Transport {
 	}
 }
 
+// transports are the gateway's connections to its upstreams: a pool per
+// protocol.
+type transports struct {
+	auto  *http.Transport // HTTP/1.1, or HTTP/2 where TLS negotiates it
+	http1 *http.Transport // HTTP/1.1 only
+	http2 *http.Transport // HTTP/2 only: h2c to http://, h2 to https://
+}
+
+func newTransports() *transports {
+	t := &transports{auto: newTransport(), http1: newTransport(), http2: newTransport()}
+	t.http1.Protocols = new(http.Protocols)
+	t.http1.Protocols.SetHTTP1(true)
+	t.http2.Protocols = new(http.Protocols)
+	t.http2.Protocols.SetHTTP2(true)
+	t.http2.Protocols.SetUnencryptedHTTP2(true)
+	return t
+}
+
+// pick is the one rule of the protocol a request goes upstream by, under
+// its route's upstream_protocol: auto sends a gRPC call to an http://
+// upstream by h2c, since gRPC has no HTTP/1.1.
+func (t *transports) pick(protocol string, out *http.Request) *http.Transport {
+	switch protocol {
+	case ProtocolHTTP1:
+		return t.http1
+	case ProtocolHTTP2:
+		return t.http2
+	}
+	if out.URL.Scheme == "http" && isGRPC(out) {
+		return t.http2
+	}
+	return t.auto
+}
+
+// protocolTransport sends a route's requests by its upstream_protocol.
+type protocolTransport struct {
+	t        *transports
+	protocol string
+}
+
+func (p protocolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return p.t.pick(p.protocol, req).RoundTrip(req)
+}
+
 // headerTimeout bounds the wait for a response's headers: the part of a
 // request where an upstream that accepted and never answers holds a client
 // and its slot.
@@ -124,11 +168,19 @@ type routeProxy struct {
 	rp       *httputil.ReverseProxy
 }
 
+// followsClient reports whether r ends as soon as its client leaves (its
+// slots released then), rather than being held for the upstream to finish:
+// on_client_done, and in auto mode a gRPC call, which is cancelled at the
+// upstream too (gRPC carries the cancellation to the server's handler).
+func (p *routeProxy) followsClient(r *http.Request) bool {
+	return p.release == ReleaseOnClientDone || (p.release == ReleaseAuto && isGRPC(r))
+}
+
 // newRouteProxy returns the proxy of a route to target. Requests reach the
 // upstream with the client's Host, X-Forwarded-For by the trusted-proxy rule
 // (the client, the trusted hops, this gateway's peer), X-Forwarded-Host and
 // X-Forwarded-Proto.
-func (g *Gateway) newRouteProxy(route, target string, s upstreamSettings, release string, maxHold time.Duration, cip httplimit.ClientIP) (*routeProxy, error) {
+func (g *Gateway) newRouteProxy(route, target, protocol string, s upstreamSettings, release string, maxHold time.Duration, cip httplimit.ClientIP) (*routeProxy, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
@@ -142,8 +194,13 @@ func (g *Gateway) newRouteProxy(route, target string, s upstreamSettings, releas
 			if xff := cip.ForwardedFor(pr.In); xff != "" {
 				pr.Out.Header.Set("X-Forwarded-For", xff)
 			}
+			if q := requestOf(pr.In); q != nil && !q.deadline.IsZero() {
+				// What is left of the call's deadline after its wait for
+				// a slot.
+				pr.Out.Header.Set("Grpc-Timeout", grpcTimeoutValue(time.Until(q.deadline)))
+			}
 		},
-		Transport:      headerTimeout{g.transport},
+		Transport:      headerTimeout{protocolTransport{g.transports, protocol}},
 		FlushInterval:  -1,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.fail,
@@ -154,8 +211,26 @@ func (g *Gateway) newRouteProxy(route, target string, s upstreamSettings, releas
 
 func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in := r.Context()
-	ctx := context.WithValue(in, settingsKey{}, p.settings)
-	if p.release != ReleaseOnClientDone {
+	settings := p.settings
+	if gw, ok := w.(*grpcWriter); ok {
+		// A gRPC call: the upstream's response goes to the client as it is.
+		w = gw.ResponseWriter
+		if q := requestOf(r); q != nil && !q.deadline.IsZero() {
+			if !time.Now().Before(q.deadline) {
+				q.set(outcomeUpstreamTimeout)
+				writeError(w, r, http.StatusGatewayTimeout, "Gateway Timeout: the call's deadline passed")
+				return
+			}
+			// The call's deadline bounds the wait for the upstream's
+			// first headers (a stream's come with its first message).
+			settings.responseHeader = 0
+		}
+		gr := &grpcResponse{ResponseWriter: w}
+		w = gr
+		in = context.WithValue(in, grpcResponseKey{}, gr)
+	}
+	ctx := context.WithValue(in, settingsKey{}, settings)
+	if !p.followsClient(r) {
 		// The upstream's work does not stop when the client goes: keep the
 		// request (and its slots) until the upstream is done, or max_hold
 		// after the client left.
@@ -206,7 +281,10 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // stream or an upgraded connection never finishes on its own, so it ends
 // when the client leaves.
 func (p *routeProxy) modifyResponse(resp *http.Response) error {
-	if p.release == ReleaseOnClientDone || resp.StatusCode == http.StatusSwitchingProtocols {
+	if gr, ok := resp.Request.Context().Value(grpcResponseKey{}).(*grpcResponse); ok && grpcTrailersOnly(resp) {
+		gr.trailersOnly = true
+	}
+	if p.followsClient(resp.Request) || resp.StatusCode == http.StatusSwitchingProtocols {
 		return nil
 	}
 	if p.release == ReleaseAuto && isStream(resp) {
@@ -243,9 +321,12 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	cause := context.Cause(r.Context())
 	q := requestOf(r)
 	switch {
-	case errors.Is(cause, errHoldExpired) || errors.Is(cause, errStopped) || (p.release == ReleaseOnClientDone && r.Context().Err() != nil && cause == context.Canceled):
+	case errors.Is(cause, errHoldExpired) || errors.Is(cause, errStopped) || (p.followsClient(r) && r.Context().Err() != nil && cause == context.Canceled):
 		q.set(outcomeClientGone)
 		return // the client left: nobody to answer
+	case errors.Is(cause, errGRPCDeadline):
+		q.set(outcomeUpstreamTimeout)
+		writeError(w, r, http.StatusGatewayTimeout, "Gateway Timeout: the call's deadline passed")
 	case errors.Is(cause, errTotalTimeout) || errors.Is(err, errResponseHeaderTimeout) || isTimeout(err):
 		q.set(outcomeUpstreamTimeout)
 		if cause != nil && errors.Is(cause, errTotalTimeout) {
@@ -253,19 +334,19 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		p.g.log.Warn("keycap: upstream timed out", "route", p.route, "request_id", r.Header.Get("X-Request-Id"),
 			"method", r.Method, "path", r.URL.Path, "error", err.Error())
-		httplimit.WriteError(w, r, http.StatusGatewayTimeout, "Gateway Timeout")
+		writeError(w, r, http.StatusGatewayTimeout, "Gateway Timeout")
 	case isBodyTooLarge(err):
 		q.set(outcomeTooLarge)
-		httplimit.WriteError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
+		writeError(w, r, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 	case errors.Is(err, errBodyTimeout):
 		q.set(outcomeRequestTimeout)
 		w.Header().Set("Connection", "close")
-		httplimit.WriteError(w, r, http.StatusRequestTimeout, "Request Timeout")
+		writeError(w, r, http.StatusRequestTimeout, "Request Timeout")
 	default:
 		q.set(outcomeUpstreamError)
 		p.g.log.Warn("keycap: upstream failed", "route", p.route, "request_id", r.Header.Get("X-Request-Id"),
 			"method", r.Method, "path", r.URL.Path, "error", err.Error())
-		httplimit.WriteError(w, r, http.StatusBadGateway, "Bad Gateway")
+		writeError(w, r, http.StatusBadGateway, "Bad Gateway")
 	}
 }
 

@@ -73,14 +73,14 @@ const upstreamMaxMessage = 1 << 20
 func (p *wsProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key, ok := strings.CutPrefix(r.URL.Path, "/app/")
 	if !ok || key == "" || strings.Contains(key, "/") {
-		httplimit.WriteError(w, r, http.StatusNotFound, "Not Found")
+		writeError(w, r, http.StatusNotFound, "Not Found")
 		return
 	}
 	gc, err := p.gate.Open(key)
 	if err != nil {
 		p.g.log.Debug("keycap: websocket for an unknown app key refused", "route", "pusher", "key", key,
 			"request_id", r.Header.Get("X-Request-Id"))
-		httplimit.WriteError(w, r, http.StatusNotFound, "Not Found: unknown app key")
+		writeError(w, r, http.StatusNotFound, "Not Found: unknown app key")
 		return
 	}
 	if status, msg := checkHandshake(r); status != 0 {
@@ -91,7 +91,7 @@ func (p *wsProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", http.MethodGet)
 		}
-		httplimit.WriteError(w, r, status, msg)
+		writeError(w, r, status, msg)
 		return
 	}
 	target := *p.upstream
@@ -119,7 +119,7 @@ func (p *wsProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.g.log.Warn("keycap: websocket upstream failed", "route", "pusher", "upstream", target.Redacted(),
 			"request_id", r.Header.Get("X-Request-Id"), "error", err.Error())
-		httplimit.WriteError(w, r, http.StatusBadGateway, "Bad Gateway")
+		writeError(w, r, http.StatusBadGateway, "Bad Gateway")
 		return
 	}
 	hw := &wsHijacker{ResponseWriter: w}
