@@ -1,0 +1,191 @@
+package caddykeycap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/keycap/keycap"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+	httpcaddyfile.RegisterHandlerDirective("keycap", parseCaddyfile)
+	// After authentication (basic_auth, forward_auth) and request_header, so
+	// that a key can read what they set; before every handler that answers
+	// (handle and route blocks, respond, reverse_proxy, file_server), so
+	// that their responses are served while the slots are held.
+	httpcaddyfile.RegisterDirectiveOrder("keycap", httpcaddyfile.After, "request_header")
+}
+
+// Handler caps the requests in flight per key: it takes a slot of each of its
+// limits — all of them or none — calls the next handler, and gives the slots
+// back when that handler returns.
+//
+// A request over a limit gets 429 Too Many Requests, and a store failure with
+// a limit that fails closed 503 Service Unavailable, both with Retry-After,
+// as handler errors: Caddy's handle_errors can answer them its own way
+// ({http.error.status_code}, and {http.keycap.limit} names the limit).
+type Handler struct {
+	// Limits are the handler's limits; a request needs a slot of each.
+	Limits []LimitConfig `json:"limits,omitempty"`
+	// Store says where the slots live; default: in this Caddy's memory.
+	Store *StoreConfig `json:"store,omitempty"`
+
+	limits     []limit
+	limiter    *keycap.Limiter
+	limiterKey string // in limiters; "" when none is held
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.keycap",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision checks the limits, then finds the Limiter of the handler's store,
+// making it when no other handler of this Caddy uses the same store.
+func (h *Handler) Provision(caddy.Context) error {
+	limits, err := compileLimits(h.Limits)
+	if err != nil {
+		return err
+	}
+	var sc StoreConfig
+	if h.Store != nil {
+		sc = *h.Store
+	}
+	sc, err = sc.resolve()
+	if err != nil {
+		return err
+	}
+	key, l, err := acquireLimiter(sc)
+	if err != nil {
+		return err
+	}
+	h.limits, h.limiter, h.limiterKey = limits, l, key
+	return nil
+}
+
+// Validate reports a handler that Provision did not make ready.
+func (h *Handler) Validate() error {
+	if h.limiter == nil || len(h.limits) == 0 {
+		return errors.New("keycap: handler not provisioned")
+	}
+	return nil
+}
+
+// Cleanup gives the handler's Limiter back; the last handler using it closes
+// it.
+func (h *Handler) Cleanup() error {
+	if h.limiterKey == "" {
+		return nil
+	}
+	key := h.limiterKey
+	h.limiterKey = ""
+	return releaseLimiter(key)
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil { // not served by Caddy's server (a test)
+		repl = caddy.NewReplacer()
+	}
+	var one [1]keycap.Limit
+	limits := one[:0]
+	if len(h.limits) > 1 {
+		limits = make([]keycap.Limit, 0, len(h.limits))
+	}
+	for i := range h.limits {
+		l := &h.limits[i]
+		key := repl.ReplaceAll(l.key, "")
+		if key == "" {
+			if l.refuse {
+				repl.Set("http.keycap.limit", l.spec.Name)
+				return caddyhttp.Error(http.StatusBadRequest,
+					fmt.Errorf("keycap: limit %q: key %s is empty for this request", l.spec.Name, l.key))
+			}
+			key = repl.ReplaceAll(DefaultKey, "")
+		}
+		limits = append(limits, l.spec.For(key))
+	}
+
+	ran := false
+	err := h.limiter.Do(r.Context(), func(context.Context) error {
+		ran = true
+		return next.ServeHTTP(w, r)
+	}, limits...)
+	if err == nil || ran {
+		return err // the next handler's
+	}
+	return h.refuse(w, r, repl, limits, err)
+}
+
+// refuse answers a request that got no slot.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, limits []keycap.Limit, err error) error {
+	var le *keycap.LimitError
+	switch {
+	case errors.As(err, &le):
+		ra := DefaultRetryAfter
+		for i := range limits {
+			if limits[i].Pool() == le.Limit.Pool() {
+				ra = h.limits[i].retryAfter
+			}
+		}
+		setRetryAfter(w, ra)
+		repl.Set("http.keycap.limit", le.Limit.Name())
+		return caddyhttp.Error(http.StatusTooManyRequests, err)
+	case errors.Is(err, keycap.ErrStoreUnavailable), errors.Is(err, keycap.ErrClosed):
+		var ra time.Duration // the largest among the request's limits
+		for i := range h.limits {
+			ra = max(ra, h.limits[i].retryAfter)
+		}
+		setRetryAfter(w, ra)
+		var se *keycap.StoreError
+		if errors.As(err, &se) {
+			repl.Set("http.keycap.limit", se.Limit.Name())
+		}
+		return caddyhttp.Error(http.StatusServiceUnavailable, err)
+	case r.Context().Err() != nil:
+		// The client went away while the request waited for a slot: 499,
+		// as reverse_proxy says of it.
+		return caddyhttp.Error(499, err)
+	}
+	return caddyhttp.Error(http.StatusInternalServerError, err) // a bug: Provision checked the limits
+}
+
+// setRetryAfter sets Retry-After to d in whole seconds, rounded up; 0 sends
+// none.
+func setRetryAfter(w http.ResponseWriter, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	secs := int64((d + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+}
+
+// parseCaddyfile makes a Handler of the keycap directive.
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var k Handler
+	err := k.UnmarshalCaddyfile(h.Dispenser)
+	return &k, err
+}
+
+// Interface guards.
+var (
+	_ caddy.Module                = (*Handler)(nil)
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+)

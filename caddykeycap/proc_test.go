@@ -1,0 +1,163 @@
+package caddykeycap_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests run Caddy as users do: a binary built from cmd/caddy (the main
+// package xcaddy generates), one process per instance, configured by a
+// Caddyfile.
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+// caddyBin returns the path of a caddy binary with the module, built once per
+// test process (within 10 minutes).
+func caddyBin(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "caddykeycap-bin-")
+		if buildErr != nil {
+			return
+		}
+		buildBin = filepath.Join(buildDir, "caddy")
+		buildErr = goBuild(buildBin, "./cmd/caddy", ".")
+	})
+	if buildErr != nil {
+		t.Fatalf("building caddy: %v", buildErr)
+	}
+	return buildBin
+}
+
+// goBuild builds pkg, in dir, to out, within 10 minutes.
+func goBuild(out, pkg, dir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// caddyEnv is the environment of a Caddy run by a test: its data and
+// configuration under dir, nothing of the user's.
+func caddyEnv(dir string, extra ...string) []string {
+	return append(os.Environ(), append([]string{
+		"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir,
+	}, extra...)...)
+}
+
+// caddyCmd runs the caddy binary with args (caddy adapt, caddy validate) and
+// returns its combined output, within 30 seconds; env adds to its
+// environment.
+func caddyCmd(t testing.TB, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, caddyBin(t), args...)
+	cmd.Env = caddyEnv(t.TempDir(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// startCaddy runs "caddy run" on caddyfile, stopped when t ends, and returns
+// once Caddy says it serves its configuration (within 30 seconds).
+func startCaddy(t testing.TB, caddyfile string, env ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(caddyBin(t), "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = caddyEnv(dir, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	// Caddy logs to stderr; "serving initial configuration" comes once
+	// every server listens.
+	ready := make(chan struct{})
+	var mu sync.Mutex
+	var log strings.Builder
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		said := false
+		for sc.Scan() {
+			mu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if !said && strings.Contains(sc.Text(), "serving initial configuration") {
+				said = true
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+	}()
+	select {
+	case <-ready:
+	case <-exited:
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("caddy exited before serving:\n%s", log.String())
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("caddy did not serve within 30s:\n%s", log.String())
+	}
+}
