@@ -69,6 +69,23 @@ func GitStamp(root string) (Stamp, error) {
 }
 
 // Keycap builds cmd/keycap of the repository at root for goos/goarch into
+// Checkout is what the deploy commands start from: the repository's root,
+// the stamp of its checkout, and out made absolute under the root when it
+// is relative (a command's -out flag).
+func Checkout(out string) (root string, s Stamp, dir string, err error) {
+	if root, err = Repo(); err != nil {
+		return "", Stamp{}, "", err
+	}
+	if s, err = GitStamp(root); err != nil {
+		return "", Stamp{}, "", err
+	}
+	dir = out
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(root, dir)
+	}
+	return root, s, dir, nil
+}
+
 // out.
 func Keycap(root, goos, goarch string, s Stamp, out string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false",

@@ -31,11 +31,7 @@ func run() error {
 	out := flag.String("out", "dist/image", "the OCI image layout to write (replaced)")
 	archs := flag.String("arch", "amd64,arm64", "the architectures, comma-separated")
 	flag.Parse()
-	root, err := build.Repo()
-	if err != nil {
-		return err
-	}
-	stamp, err := build.GitStamp(root)
+	root, stamp, dir, err := build.Checkout(*out)
 	if err != nil {
 		return err
 	}
@@ -55,10 +51,6 @@ func run() error {
 	idx, err := image.Build(o)
 	if err != nil {
 		return err
-	}
-	dir := *out
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(root, dir)
 	}
 	if err := image.WriteLayout(dir, idx, stamp.Version); err != nil {
 		return err

@@ -43,17 +43,9 @@ func run() error {
 			platforms = append(platforms, release.Platform{OS: goos, Arch: arch})
 		}
 	}
-	root, err := build.Repo()
+	root, stamp, dir, err := build.Checkout(*out)
 	if err != nil {
 		return err
-	}
-	stamp, err := build.GitStamp(root)
-	if err != nil {
-		return err
-	}
-	dir := *out
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(root, dir)
 	}
 	files, err := release.Build(root, dir, stamp, platforms)
 	if err != nil {
