@@ -25,6 +25,7 @@ package connectlimit
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"time"
 
@@ -49,7 +50,7 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		c := rpclimit.Call{Procedure: req.Spec().Procedure, Peer: req.Peer().Addr, Metadata: req.Header().Values}
+		c := rpclimit.Call{Procedure: req.Spec().Procedure, Peer: peerAddr(req.Peer()), Metadata: req.Header().Values}
 		var resp connect.AnyResponse
 		var err error
 		if r := i.limits.Run(ctx, &c, func(ctx context.Context) { resp, err = next(ctx, req) }); r != nil {
@@ -65,7 +66,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		c := rpclimit.Call{Procedure: conn.Spec().Procedure, Stream: true, Peer: conn.Peer().Addr, Metadata: conn.RequestHeader().Values}
+		c := rpclimit.Call{Procedure: conn.Spec().Procedure, Stream: true, Peer: peerAddr(conn.Peer()), Metadata: conn.RequestHeader().Values}
 		var err error
 		if r := i.limits.Run(ctx, &c, func(ctx context.Context) { err = next(ctx, conn) }); r != nil {
 			return Error(r)
@@ -73,6 +74,20 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		return err
 	}
 }
+
+// peerAddr is Connect's peer as the net.Addr rpclimit reads: nil when
+// unknown.
+func peerAddr(p connect.Peer) net.Addr {
+	if p.Addr == "" {
+		return nil
+	}
+	return address{p.Protocol, p.Addr}
+}
+
+type address struct{ network, addr string }
+
+func (a address) Network() string { return a.network }
+func (a address) String() string  { return a.addr }
 
 // Error returns the *connect.Error a refused call ends with: the refusal's
 // code and message; when it asks for a delay, a RetryInfo detail, the

@@ -141,7 +141,7 @@ func BenchmarkInterceptor(b *testing.B) {
 		{"bufconn/memstore", true, false, 0, 8},
 		{"loopback/memstore", false, false, 0, 8},
 		{"loopback/redis", false, true, 0, 8},
-		{"loopback/redis/5ms", false, true, 5 * time.Millisecond, 64},
+		{"loopback/redis/5ms", false, true, 5 * time.Millisecond, 16},
 	} {
 		for _, stream := range []bool{false, true} {
 			if stream && tc.delay > 0 {

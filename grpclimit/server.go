@@ -54,12 +54,12 @@ func StreamServerInterceptor(limits *rpclimit.Limiters) grpc.StreamServerInterce
 // incoming metadata.
 func call(ctx context.Context, method string, stream bool) rpclimit.Call {
 	c := rpclimit.Call{Procedure: method, Stream: stream}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		c.Peer = p.Addr.String()
+	if p, ok := peer.FromContext(ctx); ok {
+		c.Peer = p.Addr
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		c.Metadata = md.Get
-	}
+	// One value looked up in place: FromIncomingContext would copy the
+	// whole metadata for each call.
+	c.Metadata = func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) }
 	return c
 }
 

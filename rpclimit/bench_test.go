@@ -2,6 +2,8 @@ package rpclimit_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"testing"
 
 	"github.com/keycap/keycap"
@@ -21,7 +23,7 @@ func BenchmarkRun(b *testing.B) {
 	limits, _ := rpclimit.New(limiter)
 	_ = limits.Set("/pkg.Service/*", rpclimit.Max(1000).ByMetadata("x-tenant"))
 	md := map[string][]string{"x-tenant": {"tenant-1"}}
-	call := &rpclimit.Call{Procedure: "/pkg.Service/Method", Peer: "127.0.0.1:5000", Metadata: func(name string) []string { return md[name] }}
+	call := &rpclimit.Call{Procedure: "/pkg.Service/Method", Peer: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}, Metadata: func(name string) []string { return md[name] }}
 	ctx := context.Background()
 	nothing := func(context.Context) {}
 	b.Run("keyed", func(b *testing.B) {
@@ -32,6 +34,25 @@ func BenchmarkRun(b *testing.B) {
 			}
 		}
 	})
+	// The same, the calls spread over n tenants: the cost per call stays
+	// flat from 10 to 100,000 keys.
+	for _, n := range []int{10, 100, 1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("keys-%d", n), func(b *testing.B) {
+			keys := make([][]string, n)
+			for i := range keys {
+				keys[i] = []string{fmt.Sprint("tenant-", i)}
+			}
+			i := 0
+			c := &rpclimit.Call{Procedure: "/pkg.Service/Method", Metadata: func(string) []string { return keys[i%n] }}
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				if r := limits.Run(ctx, c, nothing); r != nil {
+					b.Fatal(r)
+				}
+			}
+		})
+	}
 	b.Run("unmatched", func(b *testing.B) {
 		other := &rpclimit.Call{Procedure: "/other.Service/Method"}
 		b.ReportAllocs()

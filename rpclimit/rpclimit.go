@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,9 @@ type Call struct {
 	// Stream reports whether the call is a client, server or bidirectional
 	// stream.
 	Stream bool
-	// Peer is the address of the connection's peer ("host:port"), or "".
-	Peer string
+	// Peer is the address of the connection's peer, or nil. Its String
+	// ("host:port") is called only when a limit counts the call by it.
+	Peer net.Addr
 	// Metadata returns the call's metadata (request headers) of a name,
 	// matched without regard to case; nil when the door has none.
 	Metadata func(name string) []string
@@ -246,7 +248,11 @@ func (ls *Limiters) DefaultKey(ctx context.Context, c *Call) string {
 	if values == nil {
 		values = func(string) []string { return nil }
 	}
-	return ls.clientIP.KeyFrom(c.Peer, values)
+	peer := ""
+	if c.Peer != nil {
+		peer = c.Peer.String()
+	}
+	return ls.clientIP.KeyFrom(peer, values)
 }
 
 // Run runs fn while the call holds a slot of each of its limits, and

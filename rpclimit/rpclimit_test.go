@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func call(procedure string, md ...string) *rpclimit.Call {
 	for i := 0; i+1 < len(md); i += 2 {
 		m[md[i]] = append(m[md[i]], md[i+1])
 	}
-	return &rpclimit.Call{Procedure: procedure, Peer: "192.0.2.1:4000", Metadata: func(name string) []string { return m[strings.ToLower(name)] }}
+	return &rpclimit.Call{Procedure: procedure, Peer: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000}, Metadata: func(name string) []string { return m[strings.ToLower(name)] }}
 }
 
 func TestPatterns(t *testing.T) {
