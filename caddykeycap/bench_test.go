@@ -61,8 +61,8 @@ http://%s {
 		startGateway(b, "memory", "", upstream.URL),
 		startGateway(b, "redis", "store: {type: redis, url: 'redis://"+testenv.RedisAddr()+"', prefix: '"+prefix+"gw:'}\n", upstream.URL),
 	}
-	if bin := nginxBin(); bin != "" {
-		proxies = append(proxies, proxy{"nginx-limit_conn", startNginx(b, bin, up)})
+	if bin := testenv.Nginx(); bin != "" {
+		proxies = append(proxies, proxy{"nginx-limit_conn", testenv.StartNginx(b, bin, up)})
 	}
 
 	const workers = 16
@@ -135,65 +135,6 @@ upstream: %s
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	waitListen(b, addr, "the gateway")
 	return struct{ name, url string }{"gateway-" + name, "http://" + addr}
-}
-
-func nginxBin() string {
-	if bin := os.Getenv("KEYCAP_NGINX"); bin != "" {
-		return bin
-	}
-	bin, _ := exec.LookPath("nginx")
-	return bin
-}
-
-// startNginx runs nginx in the foreground with one worker, proxying to
-// upstream (host:port) with limit_conn per X-User (room for every request),
-// and returns its URL.
-func startNginx(b *testing.B, bin, upstream string) string {
-	dir := b.TempDir()
-	addr := freeAddr(b)
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  limit_conn_zone $http_x_user zone=users:10m;
-  upstream app {
-    server %[2]s;
-    keepalive 256;
-  }
-  server {
-    listen %[3]s;
-    location / {
-      limit_conn users 1000;
-      proxy_pass http://app;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host $host;
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-    }
-  }
-}
-`, dir, upstream, addr)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", path)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitListen(b, addr, "nginx")
-	return "http://" + addr
 }
 
 // waitListen waits, at most 30 seconds, until something accepts
