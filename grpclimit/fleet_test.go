@@ -120,7 +120,8 @@ func (s *fleetService) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest,
 // TestFleet: 3 server processes on one Redis. 200 long streams from 50
 // tenants (a cap of 2 each) and 1,000 concurrent unary calls (a cap of 3,
 // waiting in line): the servers together never run more of a tenant's calls
-// than its cap. A killed server's stream slots come back within the TTL,
+// than its cap; streams that outlive two TTLs keep their slots (renewed).
+// A killed server's stream slots come back within the TTL,
 // and at the end every slot is free.
 func TestFleet(t *testing.T) {
 	rdb := testenv.Redis(t)
@@ -196,6 +197,7 @@ func TestFleet(t *testing.T) {
 	if unavailable > 0 {
 		t.Logf("%d streams refused for a store call over 5 s (a loaded machine)", unavailable)
 	}
+	opened := time.Now()
 
 	// 1,000 unary calls at once, 20 per tenant, waiting in line.
 	errs := make(chan error, 1000)
@@ -233,6 +235,26 @@ func TestFleet(t *testing.T) {
 
 	if full < tenants/2 {
 		t.Errorf("only %d of %d tenants ever had %d unary calls in flight: the run did not contend", full, tenants, fleetUnaryMax)
+	}
+
+	// The streams have lived two TTLs: their slots were renewed, not lost —
+	// a tenant with two open still gets no third.
+	time.Sleep(2*fleetTTL - time.Since(opened)) // the time under test, not a synchronisation
+	perTenant := map[int]int{}
+	for _, s := range open {
+		perTenant[s.tenant]++
+	}
+	for tn, n := range perTenant {
+		if n < fleetStreamMax {
+			continue
+		}
+		s, err := clients[tn%servers].StreamingOutputCall(tenant(ctx, key(tn)), &testpb.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("tenant %d after %v (TTL %v): a third stream got %v; want RESOURCE_EXHAUSTED (its two streams' slots renewed)", tn, time.Since(opened), fleetTTL, err)
+		}
 	}
 
 	// Kill the server holding the most streams: its slots come back within
