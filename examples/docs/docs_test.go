@@ -69,6 +69,7 @@ var packages = map[string]string{
 	"connectlimit":   "github.com/keycap/keycap/connectlimit",
 	"grpc":           "google.golang.org/grpc",
 	"insecure":       "google.golang.org/grpc/credentials/insecure",
+	"keepalive":      "google.golang.org/grpc/keepalive",
 	"connect":        "connectrpc.com/connect",
 	"redis":          "github.com/redis/go-redis/v9",
 	"river":          "github.com/riverqueue/river",
