@@ -3,6 +3,7 @@ package connectlimit
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -107,14 +108,15 @@ func (c *refusedConn) CloseResponse() error { return nil }
 // watchedConn reads the error a stream ends with.
 type watchedConn struct {
 	connect.StreamingClientConn
-	p   *pauser
-	ctx context.Context
-	api string
+	p    *pauser
+	ctx  context.Context
+	api  string
+	seen atomic.Bool // its end was observed: once per stream
 }
 
 func (c *watchedConn) Receive(m any) error {
 	err := c.StreamingClientConn.Receive(m)
-	if err != nil {
+	if err != nil && c.seen.CompareAndSwap(false, true) {
 		c.p.observe(c.ctx, c.api, err)
 	}
 	return err

@@ -25,8 +25,11 @@ package connectlimit
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -50,10 +53,11 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		c := rpclimit.Call{Procedure: req.Spec().Procedure, Peer: peerAddr(req.Peer()), Metadata: req.Header().Values}
+		c := rpclimit.Call{Procedure: req.Spec().Procedure, Peer: peerAddr(req.Peer()), Metadata: metadataOf(req.Header())}
 		var resp connect.AnyResponse
 		var err error
-		if r := i.limits.Run(ctx, &c, func(ctx context.Context) { resp, err = next(ctx, req) }); r != nil {
+		if refused := i.limits.Run(ctx, &c, func(ctx context.Context) { resp, err = next(ctx, req) }); refused != nil {
+			r := asRefusal(refused)
 			return nil, Error(r)
 		}
 		return resp, err
@@ -66,12 +70,32 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		c := rpclimit.Call{Procedure: conn.Spec().Procedure, Stream: true, Peer: peerAddr(conn.Peer()), Metadata: conn.RequestHeader().Values}
+		c := rpclimit.Call{Procedure: conn.Spec().Procedure, Stream: true, Peer: peerAddr(conn.Peer()), Metadata: metadataOf(conn.RequestHeader())}
 		var err error
-		if r := i.limits.Run(ctx, &c, func(ctx context.Context) { err = next(ctx, conn) }); r != nil {
+		if refused := i.limits.Run(ctx, &c, func(ctx context.Context) { err = next(ctx, conn) }); refused != nil {
+			r := asRefusal(refused)
 			return Error(r)
 		}
 		return err
+	}
+}
+
+// metadataOf reads a call's metadata as grpc-go gives it: binary metadata
+// (a name ending in -bin) decoded, so that a key counts in the same pool
+// whichever door a call comes through.
+func metadataOf(h http.Header) func(name string) []string {
+	return func(name string) []string {
+		v := h.Values(name)
+		if !strings.HasSuffix(strings.ToLower(name), "-bin") {
+			return v
+		}
+		out := make([]string, 0, len(v))
+		for _, s := range v {
+			if b, err := connect.DecodeBinaryHeader(s); err == nil {
+				out = append(out, string(b))
+			}
+		}
+		return out
 	}
 }
 
@@ -84,9 +108,9 @@ func peerAddr(p connect.Peer) net.Addr {
 	return address{p.Protocol, p.Addr}
 }
 
-type address struct{ network, addr string }
+type address struct{ protocol, addr string }
 
-func (a address) Network() string { return a.network }
+func (a address) Network() string { return "tcp" }
 func (a address) String() string  { return a.addr }
 
 // Error returns the *connect.Error a refused call ends with: the refusal's
@@ -112,3 +136,12 @@ type refused struct{ r *rpclimit.Refusal }
 func (e *refused) Error() string { return e.r.Message }
 
 func (e *refused) Unwrap() error { return e.r }
+
+// asRefusal returns the *rpclimit.Refusal Run returned.
+func asRefusal(err error) *rpclimit.Refusal {
+	var r *rpclimit.Refusal
+	if !errors.As(err, &r) { // Run returns nothing else; a refusal all the same
+		r = &rpclimit.Refusal{Code: rpclimit.Internal, Message: "refused", Err: err}
+	}
+	return r
+}

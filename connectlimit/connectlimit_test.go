@@ -243,3 +243,32 @@ func TestPauseInterceptor(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaryMetadataDecoded: a -bin key reaches the rule as its bytes, as
+// grpc-go gives them, whichever protocol carries it: the same tenant
+// counts in the same pool through either door.
+func TestBinaryMetadataDecoded(t *testing.T) {
+	for name, opts := range protocols {
+		t.Run(name, func(t *testing.T) {
+			_, limits := newLimits(t)
+			raw := string([]byte{0, 0xff, 'k', '\n'})
+			got := make(chan string, 1)
+			_ = limits.For(sayProc, func(_ context.Context, c *rpclimit.Call) rpclimit.Rule {
+				got <- c.Get("x-tenant-bin")
+				return nil
+			})
+			url := serve(t, limits, &echo{release: make(chan struct{})})
+			say := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](httpClient(t), url+sayProc, opts...)
+			req := connect.NewRequest(wrapperspb.String("x"))
+			req.Header().Set("X-Tenant-Bin", connect.EncodeBinaryHeader([]byte(raw)))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := say.CallUnary(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if k := testkit.Recv(t, got, 5*time.Second, "the rule's call"); k != raw {
+				t.Fatalf("the rule read %q, want the decoded %q", k, raw)
+			}
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -82,7 +84,9 @@ func UnaryClientInterceptor(ps *pause.Pauses, opts ...ClientOption) grpc.UnaryCl
 			return err
 		}
 		var trailer metadata.MD
-		err := invoker(ctx, method, req, reply, cc, append(callOpts, grpc.Trailer(&trailer))...)
+		// Clipped: callOpts may be the connection's defaults, shared by every
+		// call; an append must not write into their spare capacity.
+		err := invoker(ctx, method, req, reply, cc, append(slices.Clip(callOpts), grpc.Trailer(&trailer))...)
 		if err != nil {
 			c.observe(ctx, api, err, trailer)
 		}
@@ -112,13 +116,14 @@ func StreamClientInterceptor(ps *pause.Pauses, opts ...ClientOption) grpc.Stream
 // watchedStream reads the status a stream ends with.
 type watchedStream struct {
 	grpc.ClientStream
-	c   *client
-	api string
+	c    *client
+	api  string
+	seen atomic.Bool // its end was observed: once per stream
 }
 
 func (s *watchedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err != nil && err != io.EOF {
+	if err != nil && err != io.EOF && s.seen.CompareAndSwap(false, true) {
 		s.c.observe(s.Context(), s.api, err, s.Trailer())
 	}
 	return err

@@ -130,7 +130,7 @@ func TestRetryPolicyObeysPushback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	go func() { _, _ = client.UnaryCall(tenant(ctx, "retrying"), &testpb.SimpleRequest{}) }() // holds the slot
-	<-svc.started
+	testkit.Recv(t, svc.started, 15*time.Second, "the holding call")
 	mu.Lock()
 	attempts = nil
 	mu.Unlock()
@@ -232,4 +232,33 @@ func TestClientPauseAcrossServers(t *testing.T) {
 	if d := time.Since(paused); d < 600*time.Millisecond {
 		t.Errorf("calls went again after %v, before the 700 ms pause ended", d)
 	}
+}
+
+// TestClientInterceptorSharedCallOptions: calls that share a connection's
+// default call options (grpc-go passes the connection's own slice when a
+// call adds none) each read their own trailer: run under -race.
+func TestClientInterceptorSharedCallOptions(t *testing.T) {
+	limiter, limits := newLimiters(t)
+	_ = limits.Set(unary, rpclimit.Max(0).RetryAfter(time.Millisecond))
+	target := serve(t, limits, &service{g: newGauge()}).Target()
+	ps, err := pause.New(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := dial(t, target, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(ps, grpclimit.WithMaxWaitInPlace(time.Second))),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(1<<20)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			var out testpb.SimpleResponse
+			err := cc.Invoke(ctx, unary, &testpb.SimpleRequest{}, &out)
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Errorf("call: %v, want RESOURCE_EXHAUSTED", err)
+			}
+		})
+	}
+	wg.Wait()
 }

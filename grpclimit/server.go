@@ -2,6 +2,8 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -22,7 +24,8 @@ func UnaryServerInterceptor(limits *rpclimit.Limiters) grpc.UnaryServerIntercept
 		c := call(ctx, info.FullMethod, false)
 		var resp any
 		var err error
-		if r := limits.Run(ctx, &c, func(ctx context.Context) { resp, err = handler(ctx, req) }); r != nil {
+		if refused := limits.Run(ctx, &c, func(ctx context.Context) { resp, err = handler(ctx, req) }); refused != nil {
+			r := asRefusal(refused)
 			if v, ok := r.Pushback(); ok {
 				_ = grpc.SetTrailer(ctx, metadata.Pairs(rpclimit.PushbackHeader, v))
 			}
@@ -40,7 +43,8 @@ func StreamServerInterceptor(limits *rpclimit.Limiters) grpc.StreamServerInterce
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		c := call(ss.Context(), info.FullMethod, true)
 		var err error
-		if r := limits.Run(ss.Context(), &c, func(context.Context) { err = handler(srv, ss) }); r != nil {
+		if refused := limits.Run(ss.Context(), &c, func(context.Context) { err = handler(srv, ss) }); refused != nil {
+			r := asRefusal(refused)
 			if v, ok := r.Pushback(); ok {
 				ss.SetTrailer(metadata.Pairs(rpclimit.PushbackHeader, v))
 			}
@@ -59,7 +63,9 @@ func call(ctx context.Context, method string, stream bool) rpclimit.Call {
 	}
 	// One value looked up in place: FromIncomingContext would copy the
 	// whole metadata for each call.
-	c.Metadata = func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) }
+	// Keys are lower case in grpc-go's metadata: a name asked in another
+	// case (X-Forwarded-For) would make it scan every key.
+	c.Metadata = func(name string) []string { return metadata.ValueFromIncomingContext(ctx, strings.ToLower(name)) }
 	return c
 }
 
@@ -90,3 +96,12 @@ func (e *refusedError) Error() string { return e.st.Err().Error() }
 func (e *refusedError) GRPCStatus() *status.Status { return e.st }
 
 func (e *refusedError) Unwrap() error { return e.r }
+
+// asRefusal returns the *rpclimit.Refusal Run returned.
+func asRefusal(err error) *rpclimit.Refusal {
+	var r *rpclimit.Refusal
+	if !errors.As(err, &r) { // Run returns nothing else; a refusal all the same
+		r = &rpclimit.Refusal{Code: rpclimit.Internal, Message: "refused", Err: err}
+	}
+	return r
+}

@@ -39,9 +39,10 @@
 //
 // # When a slot is released
 //
-// When the handler returns: after a unary call's response, and after a
-// stream's last message, its cancellation, its deadline or its
-// connection's end, once the handler sees its context end and returns. While
+// When the handler returns — a unary call's handler has its response, a
+// stream's has sent its last message — or, for a call cancelled, past its
+// deadline or whose connection ended, once the handler sees its context end
+// and returns. While
 // the handler runs the lease is renewed, so a stream longer than the TTL
 // keeps its slot, and a crashed server's slots come back within one TTL.
 package rpclimit

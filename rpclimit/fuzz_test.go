@@ -2,9 +2,12 @@ package rpclimit_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/httplimit"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/rpclimit"
 )
@@ -19,18 +22,23 @@ func FuzzCall(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer limiter.Close()
+	trustAll, err := httplimit.NewClientIP(httplimit.HeaderXForwardedFor, 64, "0.0.0.0/0", "::/0")
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Add("/a.S/M", "tenant", "203.0.113.1:5", "198.51.100.7, 10.0.0.1", "/a.S/*")
 	f.Add("", "", "", "", "*")
 	f.Add("/a.S/M/x", "\x00\xff", "[::1]:1", "for=\"[2001:db8::1]\"", "/a.S/M")
 	f.Fuzz(func(t *testing.T, procedure, key, peer, forwarded, pattern string) {
-		limits, _ := rpclimit.New(limiter)
+		limits, _ := rpclimit.New(limiter, rpclimit.WithClientIP(trustAll))
 		_ = limits.Set(pattern, rpclimit.Max(1).ByMetadata("x-tenant"))
 		_ = limits.Set("*", rpclimit.All(rpclimit.Max(1), rpclimit.Limit(keycap.Spec{Name: "team", Max: 2}).ByMetadata("x-team").IfMissing(rpclimit.DefaultKeyIfMissing)))
 		md := map[string][]string{"x-tenant": {key}, "x-forwarded-for": {forwarded}, "forwarded": {forwarded}}
-		c := &rpclimit.Call{Procedure: procedure, Peer: fuzzAddr(peer), Metadata: func(name string) []string { return md[name] }}
-		if r := limits.Run(context.Background(), c, func(context.Context) {}); r != nil &&
-			r.Code != rpclimit.InvalidArgument && r.Code != rpclimit.ResourceExhausted {
-			t.Fatalf("refused with %d: %v", r.Code, r)
+		c := &rpclimit.Call{Procedure: procedure, Peer: fuzzAddr(peer), Metadata: func(name string) []string { return md[strings.ToLower(name)] }}
+		var r *rpclimit.Refusal
+		if err := limits.Run(context.Background(), c, func(context.Context) {}); err != nil &&
+			(!errors.As(err, &r) || r.Code != rpclimit.InvalidArgument && r.Code != rpclimit.ResourceExhausted) {
+			t.Fatalf("refused: %v", err)
 		}
 		_ = limits.DefaultKey(context.Background(), c)
 	})

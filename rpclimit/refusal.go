@@ -43,7 +43,12 @@ type Refusal struct {
 	Err        error // what refused: a *keycap.LimitError, a store error, a *MissingKeyError, ...
 }
 
-func (r *Refusal) Error() string { return r.Message + ": " + r.Err.Error() }
+func (r *Refusal) Error() string {
+	if r.Err == nil {
+		return r.Message
+	}
+	return r.Message + ": " + r.Err.Error()
+}
 
 // Unwrap returns what refused the call.
 func (r *Refusal) Unwrap() error { return r.Err }

@@ -258,12 +258,13 @@ func (ls *Limiters) DefaultKey(ctx context.Context, c *Call) string {
 // Run runs fn while the call holds a slot of each of its limits, and
 // releases them when fn returns or panics. A call no pattern matches, or
 // whose function returns nil, runs without a slot. When the call is
-// refused, fn does not run and Run returns why; otherwise it returns nil.
+// refused, fn does not run and Run returns a *Refusal that says why (a
+// door tells its client with it); otherwise it returns nil.
 //
 // fn should return when ctx ends (the client cancelled, the deadline
 // passed, the connection died): the slot is released when fn returns, never
 // while it still runs, so that no more calls run than the limit allows.
-func (ls *Limiters) Run(ctx context.Context, c *Call, fn func(context.Context)) *Refusal {
+func (ls *Limiters) Run(ctx context.Context, c *Call, fn func(context.Context)) error {
 	e := ls.rules.Load().match(c.Procedure)
 	if e == nil {
 		fn(ctx)
@@ -308,6 +309,9 @@ func (ls *Limiters) limits(ctx context.Context, name string, c *Call, slots []Sl
 	kept, copied := slots, false // slots may be the rule's own: copied before one is left out
 	defaultKey := ""
 	for i, s := range slots {
+		if s.retrySet && s.retryAfter < 0 {
+			return nil, nil, ls.invalid(ctx, name, c, &keycap.InvalidLimitError{Field: "RetryAfter", Value: s.retryAfter.String(), Reason: "must be at least 0"})
+		}
 		key, haveKey := s.key, s.keySet
 		if s.metadata != "" {
 			v := c.Get(s.metadata)
@@ -334,9 +338,6 @@ func (ls *Limiters) limits(ctx context.Context, name string, c *Call, slots []Sl
 				defaultKey = ls.DefaultKey(ctx, c)
 			}
 			key = defaultKey
-		}
-		if s.retrySet && s.retryAfter < 0 {
-			return nil, nil, ls.invalid(ctx, name, c, &keycap.InvalidLimitError{Field: "RetryAfter", Value: s.retryAfter.String(), Reason: "must be at least 0"})
 		}
 		spec := s.spec
 		if spec.Name == "" {

@@ -55,7 +55,7 @@ func TestPatterns(t *testing.T) {
 	ctx := context.Background()
 	for proc, refused := range map[string]bool{"/a.S/Open": false, "/a.S/Refused": true, "/b.S/Any": true} {
 		ran := false
-		r := limits.Run(ctx, call(proc), func(context.Context) { ran = true })
+		r := refusal(limits.Run(ctx, call(proc), func(context.Context) { ran = true }))
 		if (r != nil) != refused || ran == refused {
 			t.Errorf("%s: refusal %v, ran %v; want refused %v", proc, r, ran, refused)
 		}
@@ -80,7 +80,7 @@ func TestAllWithSkippedKey(t *testing.T) {
 		if i%2 == 1 {
 			md = md[:2] // no team: the first limit is skipped
 		}
-		r := limits.Run(ctx, call("/a.S/M", md...), func(context.Context) { t.Error("ran over a max of 0") })
+		r := refusal(limits.Run(ctx, call("/a.S/M", md...), func(context.Context) { t.Error("ran over a max of 0") }))
 		if r == nil || r.RetryAfter != 3*time.Second {
 			t.Fatalf("call %d: %+v, want the x-tenant limit's refusal with its 3 s", i, r)
 		}
@@ -93,7 +93,7 @@ func TestInvalidLimitIsInternalAndLogged(t *testing.T) {
 	_ = limits.Set("/a.S/Neg", rpclimit.Max(-1))
 	_ = limits.Set("/a.S/Retry", rpclimit.Max(1).RetryAfter(-time.Second))
 	for _, proc := range []string{"/a.S/Neg", "/a.S/Retry"} {
-		r := limits.Run(context.Background(), call(proc), func(context.Context) { t.Error("ran") })
+		r := refusal(limits.Run(context.Background(), call(proc), func(context.Context) { t.Error("ran") }))
 		if r == nil || r.Code != rpclimit.Internal || !errors.Is(r, keycap.ErrInvalidLimit) {
 			t.Errorf("%s: %+v, want Internal matching ErrInvalidLimit", proc, r)
 		}
@@ -110,7 +110,7 @@ func TestOnRefuse(t *testing.T) {
 	_ = limits.Set("/a.S/Keyed", rpclimit.Max(1).ByMetadata("x-tenant"))
 	ctx := context.Background()
 	limits.Run(ctx, call("/a.S/Zero"), func(context.Context) {})
-	if r := limits.Run(ctx, call("/a.S/Keyed"), func(context.Context) {}); r == nil || r.Code != rpclimit.InvalidArgument || !errors.Is(r, rpclimit.ErrMissingKey) {
+	if r := refusal(limits.Run(ctx, call("/a.S/Keyed"), func(context.Context) {})); r == nil || r.Code != rpclimit.InvalidArgument || !errors.Is(r, rpclimit.ErrMissingKey) {
 		t.Errorf("missing key: %+v", r)
 	}
 	if len(got) != 2 || !errors.Is(got[0], keycap.ErrLimitExceeded) || !errors.Is(got[1], rpclimit.ErrMissingKey) {
@@ -124,16 +124,20 @@ func TestContextEndsWhileWaiting(t *testing.T) {
 	ctx := context.Background()
 	hold, held := make(chan struct{}), make(chan struct{})
 	go limits.Run(ctx, call("/a.S/M"), func(context.Context) { close(held); <-hold })
-	<-held
 	defer close(hold)
+	select {
+	case <-held:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the holding call never ran")
+	}
 	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if r := limits.Run(dctx, call("/a.S/M"), func(context.Context) {}); r == nil || r.Code != rpclimit.DeadlineExceeded {
+	if r := refusal(limits.Run(dctx, call("/a.S/M"), func(context.Context) {})); r == nil || r.Code != rpclimit.DeadlineExceeded {
 		t.Errorf("deadline while waiting: %+v", r)
 	}
 	cctx, cancel2 := context.WithCancel(ctx)
 	cancel2()
-	if r := limits.Run(cctx, call("/a.S/M"), func(context.Context) {}); r == nil || r.Code != rpclimit.Canceled {
+	if r := refusal(limits.Run(cctx, call("/a.S/M"), func(context.Context) {})); r == nil || r.Code != rpclimit.Canceled {
 		t.Errorf("cancelled: %+v", r)
 	}
 }
@@ -173,4 +177,16 @@ func TestThrottled(t *testing.T) {
 	if _, ok := (&rpclimit.Refusal{}).Pushback(); ok {
 		t.Error("a refusal without a delay has a pushback")
 	}
+}
+
+// refusal returns the *Refusal in err, or nil.
+func refusal(err error) *rpclimit.Refusal {
+	var r *rpclimit.Refusal
+	if errors.As(err, &r) {
+		return r
+	}
+	if err != nil {
+		panic(err)
+	}
+	return nil
 }
