@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,11 +25,18 @@ import (
 // answer the gateway gives one itself — a refusal, a failure — which is a
 // gRPC status that gRPC clients decode, never an HTTP error page.
 
-// isGRPC reports whether r is a gRPC call: its Content-Type is
-// application/grpc, or application/grpc+proto, application/grpc;… — the
-// test grpc-go's server makes. gRPC-Web (application/grpc-web), whose
-// clients read the status from the body, is answered as HTTP.
+// isGRPC reports whether r is a gRPC call: over HTTP/2, with a
+// Content-Type of application/grpc, or application/grpc+proto,
+// application/grpc;… — the test grpc-go's server makes. gRPC-Web
+// (application/grpc-web), whose clients read the status from the body, is
+// answered as HTTP, and so is an HTTP/1 request that only claims the type:
+// gRPC runs on HTTP/2 alone, and a gRPC call is bounded per message rather
+// than in total (max_body, the body timeouts), which a client must not win
+// by naming a Content-Type.
 func isGRPC(r *http.Request) bool {
+	if r.ProtoMajor != 2 {
+		return false
+	}
 	rest, ok := strings.CutPrefix(r.Header.Get("Content-Type"), "application/grpc")
 	return ok && (rest == "" || rest[0] == '+' || rest[0] == ';')
 }
@@ -101,7 +109,9 @@ func writeGRPCError(w http.ResponseWriter, status int, message string, retry tim
 	h.Set("Grpc-Status", strconv.Itoa(code))
 	h.Set("Grpc-Message", grpcPercentEncode(message))
 	if retry > 0 && (code == grpcResourceExhausted || code == grpcUnavailable) {
-		h.Set("Grpc-Retry-Pushback-Ms", strconv.FormatInt(retry.Milliseconds(), 10))
+		// Rounded up, as rpclimit's pushback: a delay under a millisecond
+		// is no invitation to come back at once.
+		h.Set("Grpc-Retry-Pushback-Ms", strconv.FormatInt(int64((retry+time.Millisecond-1)/time.Millisecond), 10))
 		if details := grpcRetryDetails(code, message, retry); details != "" {
 			h.Set("Grpc-Status-Details-Bin", details)
 		}
@@ -255,6 +265,9 @@ func grpcTimeout(r *http.Request) (time.Duration, bool) {
 		unit = time.Nanosecond
 	default:
 		return 0, false
+	}
+	if n > int64(math.MaxInt64/unit) { // 99999999H: beyond what a Duration holds, as good as none
+		return math.MaxInt64, true
 	}
 	return time.Duration(n) * unit, true
 }
