@@ -23,7 +23,10 @@ func TestRefusalIs429WithRetryAfter(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			started <- struct{}{}
-			<-release
+			select { // or the proxy went away: a failed test's cleanup never waits on it
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
@@ -208,7 +211,10 @@ func TestEmptyKey(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ip/slow" {
 			started <- struct{}{}
-			<-release
+			select { // or the proxy went away: a failed test's cleanup never waits on it
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
