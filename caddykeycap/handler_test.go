@@ -57,6 +57,8 @@ func TestProvisionNamesTheField(t *testing.T) {
 		{`{"limits":[{"name":"a","max":1}],"store":{"type":"sentinel","addrs":["x:1"]}}`, `store: master: required`},
 		{`{"limits":[{"name":"a","max":1}],"store":{"type":"redis","addr":"x:1","prefix":"{a}"}}`, `store: prefix: "{a}"`},
 		{`{"limits":[{"name":"a","max":1}],"store":{"addr":"x:1"}}`, `store: type: memory takes no address`},
+		{`{"limits":[{"name":"a","max":1}],"store":{"budget":"1s"}}`, `store: budget: for redis`},
+		{`{"limits":[{"name":"a","max":1}],"store":{"type":"memory","tls":true}}`, `store: tls: for redis`},
 	} {
 		_, err := provision(t, tc.js)
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
@@ -72,7 +74,7 @@ func TestProvisionNamesTheField(t *testing.T) {
 func TestHandlersShareTheStoresLimiter(t *testing.T) {
 	t.Parallel()
 	// a store of this test's own: another test's handlers never share it
-	const cfg = `{"limits":[{"name":"shared","key":"k","max":1}],"store":{"budget":"1234ms"}}`
+	const cfg = `{"limits":[{"name":"shared","key":"k","max":1}],"store":{"prefix":"handlers-share-test"}}`
 	a, err := provision(t, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,16 @@ func (c StoreConfig) check(expanded bool) error {
 		if c.Addr != "" || len(c.Addrs) > 0 || c.Master != "" {
 			return bad("type", "memory takes no address (set type redis, cluster or sentinel)")
 		}
+		// What only a Redis store uses would otherwise make a memory store
+		// of its own, apart from the others' pools.
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"username", c.Username != ""}, {"password", c.Password != ""}, {"db", c.DB != 0}, {"tls", c.TLS}, {"budget", c.Budget != 0}} {
+			if f.set {
+				return bad(f.name, "for redis, cluster and sentinel; a memory store decides in this process")
+			}
+		}
 	case StoreRedis:
 		if c.Addr == "" {
 			return bad("addr", "required with type redis")
