@@ -98,6 +98,7 @@ type LogConfig struct {
 // the internet.
 type ServerConfig struct {
 	H2C                 bool     `yaml:"h2c"`                    // serve HTTP/2 without TLS too (prior knowledge)
+	PingInterval        Duration `yaml:"ping_interval"`          // HTTP/2: ping a connection silent this long, close it when the ping goes unanswered as long; default 30s
 	ReadHeaderTimeout   Duration `yaml:"read_header_timeout"`    // default 5s
 	IdleTimeout         Duration `yaml:"idle_timeout"`           // keep-alive connections, default 30s
 	BodyReadTimeout     Duration `yaml:"body_read_timeout"`      // longest wait for more of a request body, default 15s
@@ -360,6 +361,7 @@ func (c *Config) defaults(dir string) {
 	s := &c.Server
 	setDuration(&s.ReadHeaderTimeout, 5*time.Second)
 	setDuration(&s.IdleTimeout, 30*time.Second)
+	setDuration(&s.PingInterval, 30*time.Second)
 	setDuration(&s.BodyReadTimeout, 15*time.Second)
 	setPtr(&s.MaxHeaderBytes, 64<<10)
 	setPtr(&s.MaxBody, 10<<20)
@@ -629,7 +631,7 @@ func (v *validator) server(s *ServerConfig) {
 	for _, f := range []struct {
 		name string
 		d    Duration
-	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"idle_timeout", s.IdleTimeout}, {"body_read_timeout", s.BodyReadTimeout}} {
+	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"idle_timeout", s.IdleTimeout}, {"body_read_timeout", s.BodyReadTimeout}, {"ping_interval", s.PingInterval}} {
 		v.nonNegative(p("server", f.name), f.d)
 	}
 	if s.MaxHeaderBytes != nil && *s.MaxHeaderBytes < 1024 {

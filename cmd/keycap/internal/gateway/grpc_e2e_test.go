@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -702,4 +705,77 @@ func testCert(t *testing.T) (tls.Certificate, string) {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, file
+}
+
+// TestSilentClientLosesItsStreams: an HTTP/2 client whose network dies
+// silently — it holds a stream, then neither reads nor writes, not even a
+// PING's answer — is closed after ping_interval twice, and the slot its
+// stream held is free again; without pings it would be held until TCP gave
+// up, minutes later.
+func TestSilentClientLosesItsStreams(t *testing.T) {
+	t.Parallel()
+	entered, gone := make(chan struct{}, 4), make(chan struct{}, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held" { // a stream whose slot follows its client, as a gRPC call's
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			entered <- struct{}{}
+			<-r.Context().Done() // until the gateway gives the request up
+			gone <- struct{}{}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	g := startGateway(t, "upstream: "+up.URL+"\nserver: {h2c: true, ping_interval: 200ms}\n"+
+		"routes: [{name: r, path: /, release: on_client_done, limits: [{max: 1, key: 'header:x-tenant'}]}]\n")
+
+	// The silent client: h2c prior knowledge, one request, then nothing.
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(g.proxy, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "gw"}, {":path", "/held"}, {"x-tenant", "a"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Recv(t, entered, 10*time.Second, "the silent client's request at the upstream")
+	silent := time.Now()
+
+	// Its slot is taken: another request of the same tenant is refused.
+	hc := &http.Client{Timeout: 10 * time.Second}
+	req, _ := http.NewRequest(http.MethodGet, g.proxy+"/other", nil)
+	req.Header.Set("X-Tenant", "a")
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("while the silent stream holds the slot: %v %v, want 429", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// The gateway pings, hears nothing, closes: the upstream's request ends
+	// and the slot is free.
+	testkit.Recv(t, gone, 10*time.Second, "the silent client's request given up")
+	if d := time.Since(silent); d > 5*time.Second {
+		t.Errorf("the silent client's stream ended %v after it went silent, ping_interval 200ms", d)
+	}
+	testkit.WaitUntil(t, 5*time.Second, "the slot free again", func() bool {
+		resp, err := hc.Do(req.Clone(context.Background()))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

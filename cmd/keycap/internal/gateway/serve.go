@@ -132,6 +132,12 @@ func (s *Server) listen(kind, addr string, h http.Handler) error {
 		srv.IdleTimeout = time.Duration(sc.IdleTimeout)
 		srv.MaxHeaderBytes = int(*sc.MaxHeaderBytes)
 		srv.Handler = bodyTimeout(time.Duration(sc.BodyReadTimeout), int64(*sc.MinBodyRate), h)
+		if d := time.Duration(sc.PingInterval); d > 0 {
+			// A client whose network died without a FIN or RST is found
+			// within twice the interval, and its streams, and their slots,
+			// end with its connection.
+			srv.HTTP2 = &http.HTTP2Config{SendPingTimeout: d, PingTimeout: d}
+		}
 		if sc.H2C {
 			srv.Protocols = new(http.Protocols)
 			srv.Protocols.SetHTTP1(true)
