@@ -73,11 +73,13 @@ func BenchmarkLimiter(b *testing.B) {
 }
 
 // BenchmarkLimiterShared is BenchmarkLimiter's serial row for a weighted
-// limit and for a limit with a parent, on memstore: what weights and
-// parents cost beside the plain cap.
+// limit, a limit with a parent and one with an adaptive parent, on
+// memstore: what weights, parents and adaptive totals cost beside the
+// plain cap, from 1 to 10,000 keys.
 func BenchmarkLimiterShared(b *testing.B) {
 	ctx := context.Background()
 	parent := keycap.MustParent("bench", 1<<20)
+	adaptive := keycap.MustParent("bench-adaptive", 1<<20, keycap.WithAdaptive(keycap.Adaptive{Floor: 1, Ceiling: 1 << 20}))
 	for _, tc := range []struct {
 		name string
 		spec keycap.Spec
@@ -85,8 +87,9 @@ func BenchmarkLimiterShared(b *testing.B) {
 		{"plain", keycap.Spec{Name: "bench", Max: 1 << 20}},
 		{"weight=2", keycap.Spec{Name: "bench", Max: 1 << 20, Weight: 2}},
 		{"parent", keycap.Spec{Name: "bench", Max: 1 << 20, Parent: parent}},
+		{"adaptive-parent", keycap.Spec{Name: "bench", Max: 1 << 20, Parent: adaptive}},
 	} {
-		for _, keys := range []int{1, 10000} {
+		for _, keys := range []int{1, 10, 100, 1000, 10000} {
 			l, err := keycap.NewLimiter(memstore.New())
 			if err != nil {
 				b.Fatal(err)

@@ -23,3 +23,20 @@ const (
 	HandoffClaim   = handoffClaim
 	MemberTTLBeats = memberTTLBeats
 )
+
+// TunerSteps returns how many intervals the Limiter's adaptive total of p
+// has stepped through (0: none runs).
+func (l *Limiter) TunerSteps(p *Parent) int64 {
+	if t := l.tuners.find(p); t != nil {
+		return t.steps.Load()
+	}
+	return 0
+}
+
+// SetTunerIdle replaces how long an idle adaptive total keeps running, and
+// returns a function that puts it back.
+func SetTunerIdle(d time.Duration) func() {
+	old := idleFor
+	idleFor = d
+	return func() { idleFor = old }
+}

@@ -39,6 +39,8 @@ type leaseExtra struct {
 	lostCh chan struct{} // Lost's channel, once asked for
 	shadow *Lease        // the slots of its shadow limits, released with it; nil: none
 	label  string        // the caller's label (WithLabel), kept when the Limiter inspects
+
+	overloaded bool // Overloaded was called
 }
 
 // more returns ls.extra, made if needed. The caller holds ls.mu, or ls is
@@ -63,7 +65,9 @@ type slot struct {
 	renewAt  time.Duration // next renewal, on the Limiter's clock
 	deadline time.Duration // when the slot expires in the store unless renewed
 	since    time.Duration // when the slot was granted, on the Limiter's clock
+	token    uint64        // its fencing token (Spec.Fence); 0: none
 	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
+	tuned    bool          // counted by its adaptive parent's tuner (started), to be ended
 	lost     bool          // found gone on renewal
 }
 
@@ -103,6 +107,49 @@ func (ls *Lease) Limits() []Limit {
 		out[i] = ls.slots[i].limit
 	}
 	return out
+}
+
+// fenced reports whether one of the lease's limits asks for fencing tokens.
+func (ls *Lease) fenced() bool {
+	for i := range ls.slots {
+		if ls.slots[i].limit.spec.Fence {
+			return true
+		}
+	}
+	return false
+}
+
+// Overloaded reports that the work the lease guards met an overload signal
+// — a timeout, a 429, 503 or 529, RESOURCE_EXHAUSTED, an error the caller
+// counts as one — for the adaptive parents of its limits (Adaptive): they
+// count it as overload, not as a latency sample. Call it before Release.
+// It does nothing for a nil lease, or one with no adaptive parent.
+func (ls *Lease) Overloaded() {
+	if ls == nil {
+		return
+	}
+	ls.mu.Lock()
+	if !ls.released {
+		ls.more().overloaded = true
+	}
+	ls.mu.Unlock()
+}
+
+// untune gives ls's slots back to their adaptive parents' tuners, with how
+// long they were held; overloaded: the work met an overload signal.
+func (l *Limiter) untune(ls *Lease, overloaded bool) {
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.tuned {
+			s.tuned = false
+			since := s.since
+			if since == 0 {
+				since = ls.acquired
+			}
+			if t := l.tuners.find(s.limit.spec.Parent); t != nil {
+				t.ended(s.limit.spec.Weight, max(l.now()-since, 0), overloaded)
+			}
+		}
+	}
 }
 
 // Guarded reports whether the lease holds a slot for every one of its limits.
@@ -201,8 +248,9 @@ func (ls *Lease) release(reported int) (unread bool) {
 	ls.released = true
 	unread = ls.pins == 0 && ls.extra == nil
 	var shadow *Lease
+	overloaded := false
 	if ls.extra != nil {
-		shadow = ls.extra.shadow
+		shadow, overloaded = ls.extra.shadow, ls.extra.overloaded
 	}
 	ls.mu.Unlock()
 	if shadow != nil {
@@ -215,6 +263,7 @@ func (ls *Lease) release(reported int) (unread bool) {
 	} else {
 		l.keeper.remove(ls)
 	}
+	l.untune(ls, overloaded)
 	for i := range ls.slots {
 		if s := &ls.slots[i]; s.held {
 			l.releaseSlot(ls.owner, s)

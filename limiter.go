@@ -58,6 +58,7 @@ type Limiter struct {
 	nodes    nodes
 	lines    lines
 	parked   parked
+	tuners   tuners
 }
 
 // An Option configures a Limiter.
@@ -130,6 +131,7 @@ func NewLimiter(st Store, opts ...Option) (*Limiter, error) {
 	l.waiters.init()
 	l.lines.init(l)
 	l.parked.init(l)
+	l.tuners.l = l
 	if l.ov != nil {
 		if err := l.ov.init(l); err != nil {
 			return nil, err
@@ -162,6 +164,7 @@ func (l *Limiter) Close() error {
 		l.releaser.close()
 		l.parked.close()
 		l.lines.close()
+		l.tuners.close()
 		if l.ov != nil {
 			l.ov.close()
 		}
@@ -216,7 +219,11 @@ func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) 
 
 // Do runs fn while holding one slot of every limit, and releases them when
 // fn returns or panics. It returns Acquire's error without running fn, or
-// fn's error. Since fn never sees the lease, Do reuses it: with one limit
+// fn's error. fn's context carries the lease (ContextWithLease) when its
+// limits ask for fencing tokens (FencesFrom) or have an adaptive parent
+// (ReportOverload); an error of fn that matches context.DeadlineExceeded
+// counts as an overload for an adaptive parent. Since fn never sees the
+// lease, Do reuses it: with one limit
 // taken without waiting, its steady path allocates nothing. On a store that
 // lives in the process (memstore), such a slot is held with no expiry and
 // without a Lease, so it is never renewed; a fn that never returns then
@@ -231,7 +238,11 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits
 		return err
 	}
 	defer ls.reuse() // fn never sees ls
-	return fn(ctx)
+	err = fn(ContextWithLease(ctx, ls))
+	if errors.Is(err, context.DeadlineExceeded) {
+		ls.Overloaded() // a timeout is an overload signal for an adaptive parent
+	}
+	return err
 }
 
 // pollInterval is 100 ms ± 50 %: the randomness keeps waiters from polling

@@ -23,12 +23,70 @@ const (
 )
 
 // handoffClaim is how long a slot handed to a waiting Acquire stays
-// reserved for it before it passes to the next ticket: a waiter is woken at
-// once by a notification. When one is lost, the slot passes on after the
-// claim, and the waiter, whose ticket went with the handoff, queues again at
-// its next poll (within maxLinePoll). A store's reconnection, the way
-// notifications are lost, wakes every waiter (store.Store.Notify).
+// reserved for it before it passes to the next ticket, where the waiter
+// must claim it (a store that does not notify; a parked or named caller): a
+// waiter is woken at once by a notification. When one is lost, the slot
+// passes on after the claim, and the waiter, whose ticket went with the
+// handoff, queues again at its next poll (within maxLinePoll). A store's
+// reconnection, the way notifications are lost, wakes every waiter
+// (store.Store.Notify).
+//
+// A waiter that notifications reach takes the slot handed to it as its
+// lease, with no call to the store (see handoffs): its ticket asks for the
+// slot to be handed as a whole lease (claimLease: the limit's TTL), so a
+// slot handed to a waiter that died comes back within the TTL, as a dead
+// holder's does.
 const handoffClaim = 1500 * time.Millisecond
+
+// claimLease in a Ticket's Claim asks take to hand the slot as a lease of
+// the limit's own TTL.
+const claimLease = -1
+
+// handoffs records the pool whose slot a store's notification says was
+// handed to a waiter by name, so that the waiter holds it without asking
+// the store again: the handoff is the grant. Only a handoff announced after
+// the waiter's last call was sent counts (reset before each call), and only
+// while a third of the TTL has not passed since that call: the store made
+// the lease after that call reached it, for the TTL, so it lives at least
+// until that call's start plus the TTL, and the keeper renews it at a third,
+// as any lease. (A notification delayed by more than a TTL, on a connection
+// that delivers it at last, could announce a lease that has lapsed; that is
+// the delay every lease assumes its holder does not suffer.)
+type handoffs struct {
+	mu   sync.Mutex
+	pool store.PoolID
+	ok   bool
+	wake chan struct{}
+}
+
+// waiter returns the lineWaiter that records the handoffs and wakes.
+func (h *handoffs) waiter() *lineWaiter {
+	return &lineWaiter{fn: func(p store.PoolID, named bool) {
+		if named {
+			h.mu.Lock()
+			h.pool, h.ok = p, true
+			h.mu.Unlock()
+		}
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}}
+}
+
+// reset forgets the handoffs announced so far.
+func (h *handoffs) reset() {
+	h.mu.Lock()
+	h.ok = false
+	h.mu.Unlock()
+}
+
+// handed reports whether a slot of pool p was handed since the last reset.
+func (h *handoffs) handed(p store.PoolID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ok && h.pool == p
+}
 
 // lineLinger is how long a Limiter keeps its store subscription to a pool
 // after its last waiter left, so that a busy pool is not subscribed to anew
@@ -57,7 +115,17 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 		})
 	}
 	wake := make(chan struct{}, 1)
-	w := signal(wake)
+	h := &handoffs{wake: wake}
+	w := h.waiter()
+	// The handoff is the grant when the slot it names is the last one ls
+	// needs (those before it are held) and the caller is neither parked
+	// nor named (whose next try, under the same owner, claims it), and
+	// asks for no fencing token (which only a claim brings back).
+	direct := park == nil && !ls.named && !ls.fenced()
+	// ... and when every ticket of this wait asked for a whole lease: a
+	// slot handed to a ticket with a claim window may have lapsed and
+	// passed on before its notification arrives.
+	whole := true
 	// Where this Limiter already watches the pool's line, the waiter joins
 	// before its first try. Elsewhere the first try goes alone, so that a
 	// caller served at once costs no subscription; a refused one subscribes
@@ -78,9 +146,14 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 	for {
 		left := wait - (now - start)
 		tk := store.Ticket{TTL: min(max(left, 0), 2*poll) + handoffClaim, Claim: handoffClaim}
+		if direct && (notified || subscribe) {
+			tk.Claim = claimLease // (a first try alone is claimed by the try after it subscribes)
+		}
 		if park != nil && left <= 0 {
 			tk = store.Ticket{TTL: park.For, Claim: park.Claim} // parks in the same call
 		}
+		whole = whole && tk.Claim == claimLease
+		h.reset()
 		refused, err := l.take(ctx, ls, order, now, tk)
 		if err != nil {
 			return nil, err
@@ -134,6 +207,16 @@ func (l *Limiter) waitInLine(ctx context.Context, ls *Lease, wait, start time.Du
 			if notified {
 				poll = min(2*poll, maxLinePoll)
 			}
+		}
+		if s := &ls.slots[refused]; direct && whole && refused == order[len(order)-1] &&
+			h.handed(s.limit.home()) && l.precise() <= now+s.limit.spec.TTL/3 {
+			s.held = true
+			if s.limit.spec.Parent != nil {
+				s.since = l.now()
+			}
+			s.renewAt, s.deadline = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL
+			l.admit(ctx, ls, l.now()-start)
+			return ls, nil
 		}
 		now = l.now()
 	}
@@ -212,7 +295,7 @@ func (pk *parked) init(l *Limiter) {
 func (pk *parked) add(owner store.Owner, pool store.PoolID, p *parking) *lineWaiter {
 	e := &parkEntry{pool: pool, w: &lineWaiter{}}
 	wakeFn := p.Wake
-	e.w.fn = func() { // under the lines' lock: must not block
+	e.w.fn = func(store.PoolID, bool) { // under the lines' lock: must not block
 		if pk.take(owner, e) {
 			go func() {
 				pk.l.lines.unwatchOne(e.pool, owner, e.w)
@@ -295,17 +378,11 @@ type line struct {
 	idle    *time.Timer // running while the line has no waiter
 }
 
-// lineWaiter is what a handoff to its owner calls; it must not block.
-type lineWaiter struct{ fn func() }
-
-// signal returns a lineWaiter that signals ch without blocking.
-func signal(ch chan<- struct{}) *lineWaiter {
-	return &lineWaiter{fn: func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}}
+// lineWaiter is what a notification of pool calls: named when the store
+// named its owner among those handed a slot, not when it wakes everyone
+// (a reconnection). It must not block.
+type lineWaiter struct {
+	fn func(pool store.PoolID, named bool)
 }
 
 func (ls *lines) init(l *Limiter) {
@@ -469,13 +546,13 @@ func (ls *lines) deliver(p store.PoolID, granted []store.Owner) {
 	}
 	if len(granted) == 0 {
 		for _, w := range ln.waiters {
-			w.fn()
+			w.fn(p, false)
 		}
 		return
 	}
 	for _, o := range granted {
 		if w, ok := ln.waiters[o]; ok {
-			w.fn()
+			w.fn(p, true)
 		}
 	}
 }

@@ -400,3 +400,145 @@ func TestParkedTicketExpires(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// countingLineStore counts the Acquire calls that carry a ticket, and says
+// when one is refused.
+type countingLineStore struct {
+	*memstore.Store
+	ticketed atomic.Int64
+	refused  chan struct{}
+}
+
+func (s *countingLineStore) Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error) {
+	if d.Line.TTL > 0 {
+		s.ticketed.Add(1)
+	}
+	g, err := s.Store.Acquire(ctx, pool, owner, d)
+	if d.Line.TTL > 0 && err == nil && !g.Granted {
+		select {
+		case s.refused <- struct{}{}:
+		default:
+		}
+	}
+	return g, err
+}
+
+// A slot handed to a waiter is its lease: it is admitted when the store's
+// notification names it, without claiming the slot by another call, and
+// the lease is the store's for its whole TTL (renewed past it, the holder's
+// alone until released).
+func TestHandoffIsTheGrant(t *testing.T) {
+	for _, parent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parent=%v", parent), func(t *testing.T) {
+			s := &countingLineStore{Store: memstore.New(), refused: make(chan struct{}, 4)}
+			l := newLineLimiter(t, s)
+			sp := keycap.Spec{Name: "handoff", Max: 1, Wait: 10 * time.Second, TTL: 300 * time.Millisecond}
+			if parent {
+				sp.Parent = keycap.MustParent("handoff-parent", 1)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			holder, err := l.Acquire(ctx, sp.For("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				ls  *keycap.Lease
+				err error
+			}
+			got := make(chan result, 1)
+			wkey, okey := "a", "a" // one pool
+			if parent {
+				wkey, okey = "b", "c" // keys of one parent
+			}
+			go func() {
+				ls, err := l.Acquire(ctx, sp.For(wkey))
+				got <- result{ls, err}
+			}()
+			// Its lone first try, then the one after it subscribed to the
+			// line's notifications.
+			for range 2 {
+				select {
+				case <-s.refused:
+				case <-ctx.Done():
+					t.Fatal("the waiter never queued")
+				}
+			}
+			asked := s.ticketed.Load()
+			holder.Release()
+			var r result
+			select {
+			case r = <-got:
+			case <-ctx.Done():
+				t.Fatal("the waiter was not served")
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.ls.Release()
+			if n := s.ticketed.Load() - asked; n != 0 {
+				t.Errorf("the waiter asked the store %d more times after the handoff, want 0: the handoff is the grant", n)
+			}
+			// Held for longer than its TTL: renewed by the keeper like any
+			// lease, and nobody else's meanwhile.
+			other := sp
+			other.Wait = 0
+			deadline := time.Now().Add(3 * sp.TTL)
+			for time.Now().Before(deadline) {
+				if ls, err := l.Acquire(ctx, other.For(okey)); err == nil {
+					ls.Release()
+					t.Fatal("another caller took the slot handed to the waiter")
+				}
+				select {
+				case <-r.ls.Lost():
+					t.Fatal("the handed lease was lost")
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		})
+	}
+}
+
+// A handoff announced when a third of the TTL has passed since the waiter's
+// last call is claimed by a call, not trusted: the store's lease lives a
+// TTL from the handoff, which the waiter can only bound from its last call.
+func TestLateHandoffIsClaimed(t *testing.T) {
+	s := &countingLineStore{Store: memstore.New(), refused: make(chan struct{}, 4)}
+	l := newLineLimiter(t, s)
+	sp := keycap.Spec{Name: "late-handoff", Max: 1, Wait: 10 * time.Second, TTL: 60 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := l.Acquire(ctx, sp.For("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, sp.For("a"))
+		if err == nil {
+			ls.Release()
+		}
+		got <- err
+	}()
+	for range 2 {
+		select {
+		case <-s.refused:
+		case <-ctx.Done():
+			t.Fatal("the waiter never queued")
+		}
+	}
+	asked := s.ticketed.Load()
+	time.Sleep(sp.TTL) // past a third of the TTL since the waiter's last call (its next poll is in a second)
+	holder.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was not served")
+	}
+	if n := s.ticketed.Load() - asked; n < 1 {
+		t.Errorf("the waiter was admitted on a late handoff without claiming it (%d calls)", n)
+	}
+}

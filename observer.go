@@ -57,6 +57,10 @@ const (
 	// from it. Node is the partition the call was for. Reported for every
 	// such call.
 	ProcessOverloaded
+	// TotalChanged: an adaptive parent's total moved (Tuning says to
+	// what, from what, and why). Every process reports the changes it
+	// follows.
+	TotalChanged
 )
 
 var kindNames = [...]string{
@@ -73,6 +77,7 @@ var kindNames = [...]string{
 	CallHeld:          "call held",
 	CallRetried:       "call retried",
 	ProcessOverloaded: "process overloaded",
+	TotalChanged:      "total changed",
 }
 
 // String returns the kind in words, such as "slot acquired".
@@ -106,6 +111,8 @@ type Event struct {
 	Status int           // Throttled: the response's status
 	Source string        // Throttled, Exhausted: the signal that gave the wait
 	Paced  bool          // CallHeld: over the API's rate rather than paused
+
+	Tuning *Tuning // TotalChanged
 }
 
 // Observer receives the events of a Limiter and of the front doors built on
@@ -197,7 +204,8 @@ func observe(ctx context.Context, o Observer, e Event) {
 
 // NewSlogObserver returns an Observer that logs events to logger: store
 // failures at Error, lost leases, calls lost to an overloaded process and
-// throttled APIs at Warn, recoveries and pauses at Info, and refusals,
+// throttled APIs at Warn, recoveries, pauses and adaptive totals' changes
+// at Info, and refusals,
 // acquired and released slots and held calls at Debug (they happen on
 // every request: count them with metrics). Keys are not logged: they may
 // be private or long. A nil logger means slog.Default().
@@ -259,6 +267,13 @@ func (s slogObserver) Observe(e Event) {
 		attrs = append(attrs, slog.Duration("wait", e.Wait))
 	case CallHeld, CallRetried:
 		attrs = append(attrs, slog.Duration("wait", e.Wait), slog.Bool("paced", e.Paced))
+	case TotalChanged:
+		level = slog.LevelInfo
+		if t := e.Tuning; t != nil {
+			attrs = append(attrs, slog.String("parent", t.Parent), slog.Int("total", t.Total), slog.Int("previous", t.Previous),
+				slog.String("reason", t.Reason), slog.Bool("shadow", t.Shadow), slog.Duration("latency", t.Mean),
+				slog.Duration("baseline", t.Baseline), slog.Float64("in_flight", t.InFlight), slog.Int64("overloads", t.Overloads))
+		}
 	}
 	ctx := context.Background()
 	if !s.log.Enabled(ctx, level) {

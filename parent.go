@@ -23,10 +23,11 @@ import (
 // family: limits of any front door that name the same parent share its
 // total.
 type Parent struct {
-	name string
-	max  int
-	keep time.Duration
-	pool store.PoolID
+	name     string
+	max      int
+	keep     time.Duration
+	pool     store.PoolID
+	adaptive *Adaptive // WithAdaptive; nil: a fixed total
 }
 
 // DefaultKeep is how long a parent keeps a freed slot for its key when
@@ -34,7 +35,7 @@ type Parent struct {
 const DefaultKeep = 5 * time.Millisecond
 
 // A ParentOption sets an optional field of a Parent.
-type ParentOption struct{ keep time.Duration }
+type ParentOption struct{ apply func(*Parent) }
 
 // WithKeep sets how long a slot freed by a key that would be served first
 // if it asked again is kept for that key while other keys wait (default
@@ -43,7 +44,9 @@ type ParentOption struct{ keep time.Duration }
 // then waits for the next slot to free, up to a whole job; with it, the
 // key's next caller takes its slot back. A slot kept and not taken passes
 // on when the time is up. Not negative.
-func WithKeep(d time.Duration) ParentOption { return ParentOption{keep: d} }
+func WithKeep(d time.Duration) ParentOption {
+	return ParentOption{func(p *Parent) { p.keep = d }}
+}
 
 // NewParent returns a parent of max slots named name. name must not be
 // empty; max is at least 1. An invalid value returns an *InvalidLimitError
@@ -51,7 +54,9 @@ func WithKeep(d time.Duration) ParentOption { return ParentOption{keep: d} }
 func NewParent(name string, max int, opts ...ParentOption) (*Parent, error) {
 	p := &Parent{name: name, max: max, keep: DefaultKeep, pool: store.PoolOf(store.Internal, "parent", name)}
 	for _, o := range opts {
-		p.keep = o.keep
+		if o.apply != nil {
+			o.apply(p)
+		}
 	}
 	switch {
 	case name == "":
@@ -60,6 +65,11 @@ func NewParent(name string, max int, opts ...ParentOption) (*Parent, error) {
 		return nil, &InvalidLimitError{Field: "parent max", Value: fmt.Sprint(max), Reason: "must be at least 1"}
 	case p.keep < 0:
 		return nil, &InvalidLimitError{Field: "parent keep", Value: p.keep.String(), Reason: "must be at least 0"}
+	}
+	if p.adaptive != nil {
+		if err := p.adaptive.check(max); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -76,8 +86,34 @@ func MustParent(name string, max int, opts ...ParentOption) *Parent {
 // Name returns the parent's name.
 func (p *Parent) Name() string { return p.name }
 
-// Max returns the slots the parent's keys may hold at once in all.
+// Max returns the slots the parent's keys may hold at once in all; for an
+// adaptive parent, the total it starts from (and keeps, in shadow).
 func (p *Parent) Max() int { return p.max }
+
+// Adaptive returns the parent's adaptive total (WithAdaptive), with its
+// defaults set, and whether it has one.
+func (p *Parent) Adaptive() (Adaptive, bool) {
+	if p.adaptive == nil {
+		return Adaptive{}, false
+	}
+	return *p.adaptive, true
+}
+
+// ceiling is the most slots the parent can ever hold at once.
+func (p *Parent) ceiling() int {
+	if p.adaptive != nil && !p.adaptive.Shadow {
+		return max(p.max, p.adaptive.Ceiling)
+	}
+	return p.max
+}
+
+// floor is the fewest slots the parent can hold at once.
+func (p *Parent) floor() int {
+	if p.adaptive != nil && !p.adaptive.Shadow {
+		return min(p.max, p.adaptive.Floor)
+	}
+	return p.max
+}
 
 // Keep returns how long a freed slot is kept for its key (WithKeep).
 func (p *Parent) Keep() time.Duration { return p.keep }

@@ -135,7 +135,9 @@ func (r *releaser) send(lim Limit, owner store.Owner, until time.Duration) {
 	r.due = max(r.due, l.now()+budget)
 	r.inflightMu.Unlock()
 	sent := l.precise()
-	l.store.ReleaseAsync(lim.pool, owner, lim.demand(), budget, func(err error) {
+	d := lim.demand()
+	d.Shared = l.shared(&lim)
+	l.store.ReleaseAsync(lim.pool, owner, d, budget, func(err error) {
 		if waited := l.precise() - sent; err != nil && waited >= budget {
 			// The store kept the budget (end's "late"); the verdict on
 			// whom to blame is the failure policy's.

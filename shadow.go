@@ -87,7 +87,7 @@ func (l *Limiter) acquireShadows(ctx context.Context, limits []Limit) *Lease {
 			l.refused(ctx, &s.limit, 0)
 			continue
 		}
-		o, _, err := l.takeSlot(ctx, &s.limit, ls.owner, store.Ticket{}, false, false)
+		o, _, _, err := l.takeSlot(ctx, &s.limit, ls.owner, store.Ticket{}, false, false)
 		switch {
 		case err != nil: // the context ended: the store may have granted it
 			l.releaseLater(s.limit, ls.owner, false)

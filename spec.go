@@ -130,6 +130,15 @@ type Spec struct {
 	// minimum while it holds fewer than Minimum slots of its parent: with no
 	// preemption, a minimum is a priority. At most Max. Needs Parent.
 	Minimum int
+
+	// Fence gives each grant a fencing token (Lease.Fences): a number
+	// above every token granted before it in the key's pool, from the
+	// store, so that a system the holder writes to can refuse a holder
+	// whose lease was lost once a newer holder has written (see
+	// docs/safety.md). Needs a store with fencing tokens (store.Fences:
+	// memstore, redisstore, pgstore); not with Shadow. A waiter handed a
+	// slot claims it with one more store call, which carries the token.
+	Fence bool
 }
 
 // Validate reports every field of s that is not allowed, each as an
@@ -162,6 +171,9 @@ func (s Spec) Validate() error {
 	if s.FailMode > FailClosed {
 		invalid("FailMode", s.FailMode, "must be default, open or closed")
 	}
+	if s.Fence && s.Shadow {
+		invalid("Fence", s.Fence, "a shadow limit never guards anything: no token to give")
+	}
 	if !s.Family.valid() {
 		invalid("Family", s.Family, "must be app, job, conn or pause")
 	}
@@ -182,8 +194,11 @@ func (s Spec) Validate() error {
 	case p.name == "":
 		invalid("Parent", "Parent{}", "must be built with NewParent")
 	default:
-		if s.Max > p.max {
-			invalid("Max", s.Max, fmt.Sprintf("must be at most its parent %q's max (%d)", p.name, p.max))
+		if s.Max > p.ceiling() {
+			invalid("Max", s.Max, fmt.Sprintf("must be at most its parent %q's max (%d)", p.name, p.ceiling()))
+		}
+		if s.Weight > p.floor() {
+			invalid("Weight", s.Weight, fmt.Sprintf("must be at most its parent %q's floor (%d): no lease could be granted at it", p.name, p.floor()))
 		}
 		if s.Share < 0 {
 			invalid("Share", s.Share, "must be at least 1 (or 0 for 1)")
@@ -285,7 +300,7 @@ func (l *Limit) poolFamily() Family {
 // makeShadow makes l a shadow limit (WithShadowMode): its pool, and its
 // parent's, are the shadow family's.
 func (l *Limit) makeShadow() {
-	l.spec.Shadow = true
+	l.spec.Shadow, l.spec.Fence = true, false // a shadow guards nothing: no token
 	l.pool = store.PoolOf(byte(l.poolFamily()), l.spec.Name, l.key)
 	if p := l.spec.Parent; p != nil {
 		sp := *p

@@ -98,8 +98,8 @@ func (l *Limiter) acquire(ctx context.Context, r request) (*Lease, error) {
 }
 
 // checkRequest checks that the store can serve r: weights and parents need
-// Shares, member leases Members (and no weight or parent), and no two limits
-// of one request may share a parent.
+// Shares, fencing tokens Fences, member leases Members (and no weight,
+// parent or token), and no two limits of one request may share a parent.
 func (l *Limiter) checkRequest(r request) error {
 	if r.member != nil {
 		if err := l.nodes.check(r.limits); err != nil {
@@ -108,6 +108,12 @@ func (l *Limiter) checkRequest(r request) error {
 	}
 	for i := range r.limits {
 		lim := &r.limits[i]
+		if lim.spec.Fence && !l.has(store.Fences) {
+			return fmt.Errorf("limit %q asks for fencing tokens: %w", lim.spec.Name, l.need(store.Fences))
+		}
+		if lim.spec.Fence && r.member != nil {
+			return fmt.Errorf("%w: limit %q asks for fencing tokens, which a member lease cannot carry", ErrInvalidLimit, lim.spec.Name)
+		}
 		if lim.plain() {
 			continue
 		}
@@ -120,6 +126,9 @@ func (l *Limiter) checkRequest(r request) error {
 		p := lim.spec.Parent
 		if p == nil {
 			continue
+		}
+		if p.adaptive != nil && !l.has(store.Totals) {
+			return fmt.Errorf("limit %q has the adaptive parent %q: %w", lim.spec.Name, p.name, l.need(store.Totals))
 		}
 		for _, prev := range r.limits[:i] {
 			if pp := prev.spec.Parent; pp != nil && pp.pool == p.pool {
@@ -220,7 +229,11 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 		}
 		cur = i
 		s := &ls.slots[i]
-		o, lt, err := l.takeSlot(ctx, &s.limit, ls.owner, tk, false, ls.named)
+		t := tk
+		if t.Claim == claimLease {
+			t.Claim = s.limit.spec.TTL
+		}
+		o, token, lt, err := l.takeSlot(ctx, &s.limit, ls.owner, t, false, ls.named)
 		late = late || lt
 		if err != nil {
 			// A slot asked for by a caller that left may have been granted:
@@ -234,12 +247,17 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 			if !s.held && s.limit.spec.Parent != nil {
 				s.since = l.now() // its use starts now, not when it was asked for
 			}
-			s.held = true
+			s.held, s.token = true, token
 			// Counted from before the store call: the lease lives at least
 			// this long in the store.
 			s.renewAt, s.deadline = now+s.limit.spec.TTL/3, now+s.limit.spec.TTL
 		case skipped:
-			s.held = false // runs unguarded for this limit
+			s.held, s.token = false, 0 // runs unguarded for this limit
+			if lt && tk.TTL > 0 {
+				// Its ticket may have reached the store: it leaves the
+				// line, and a slot handed to it is freed.
+				l.releaseLater(s.limit, ls.owner, true)
+			}
 		case refused:
 			s.held = false
 			if tk.TTL == 0 {
@@ -263,13 +281,13 @@ func (l *Limiter) take(ctx context.Context, ls *Lease, order []int, now time.Dur
 // after the budget ran out (late) is freed in the background, but for a
 // caller with a ticket or a named owner (named: a member, a parked caller),
 // whose next try, under the same owner, claims it.
-func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, named bool) (o outcome, late bool, err error) {
+func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, tk store.Ticket, pin, named bool) (o outcome, token uint64, late bool, err error) {
 	bctx, cancel, budget := ctx, context.CancelFunc(nil), time.Duration(0)
 	if l.features&store.InProcess == 0 { // deadline, inlined
 		bctx, cancel, budget = l.bounded(ctx, lim)
 	}
 	g, err := l.store.Acquire(bctx, lim.pool, owner, store.Demand{Max: lim.spec.Max, TTL: lim.spec.TTL,
-		Line: tk, Pinned: pin, Shared: lim.shared})
+		Line: tk, Pinned: pin, Shared: l.shared(lim), Fence: lim.spec.Fence})
 	if err != nil || cancel != nil {
 		err = l.end(ctx, bctx, cancel, budget, err)
 	}
@@ -278,19 +296,19 @@ func (l *Limiter) takeSlot(ctx context.Context, lim *Limit, owner store.Owner, t
 	}
 	switch {
 	case err == nil && g.Granted:
-		return held, false, nil
+		return held, g.Token, false, nil
 	case err == nil:
-		return refused, false, nil
+		return refused, 0, false, nil
 	case ctx.Err() != nil:
-		return refused, false, err
+		return refused, 0, false, err
 	}
 	if _, late = err.(*BudgetError); late && tk.TTL == 0 && !named {
 		l.releaseLater(*lim, owner, false)
 	}
 	if l.failModeOf(lim) == FailClosed {
-		return refused, late, &StoreError{Limit: *lim, Err: err}
+		return refused, 0, late, &StoreError{Limit: *lim, Err: err}
 	}
-	return skipped, late, nil
+	return skipped, 0, late, nil
 }
 
 // The failure policy of every store call, in three steps: bound gives the
@@ -452,7 +470,7 @@ func (l *Limiter) release(ctx context.Context, lim *Limit, owner store.Owner, le
 		bctx, cancel, budget = l.bounded(ctx, lim)
 	}
 	d := lim.demand()
-	d.Held = held
+	d.Shared, d.Held = l.shared(lim), held
 	kept, err := l.store.Release(bctx, lim.pool, owner, d, leave)
 	if err != nil || cancel != nil {
 		err = l.end(ctx, bctx, cancel, budget, err)
@@ -493,6 +511,16 @@ func (l *Limiter) admit(ctx context.Context, ls *Lease, waited time.Duration) {
 	ls.admitted = true
 	if !ls.member {
 		l.keeper.add(ls) // member leases are kept by the node's heartbeat
+	}
+	for i := range ls.slots {
+		if s := &ls.slots[i]; s.held {
+			if p := s.limit.spec.Parent; p != nil && p.adaptive != nil {
+				if t := l.tuners.of(p); t != nil {
+					t.started(s.limit.spec.Weight)
+					s.tuned = true
+				}
+			}
+		}
 	}
 	if l.observer == nil {
 		return
@@ -581,7 +609,7 @@ func (l *Limiter) pinnable(limits []Limit) bool {
 		return false
 	}
 	lim := &limits[0]
-	return lim.valid() && lim.plain() && lim.spec.Wait == 0 && !lim.spec.Shadow
+	return lim.valid() && lim.plain() && lim.spec.Wait == 0 && !lim.spec.Shadow && !lim.spec.Fence
 }
 
 // doPinned is Do for a pinnable limit. Its slot is held with no expiry and
@@ -612,7 +640,7 @@ func (l *Limiter) doPinned(ctx context.Context, fn func(context.Context) error, 
 	// on it received it).
 	st := pinState{taking: true}
 	defer l.pinnedDone(lim, &owner, start, &st)
-	o, _, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
+	o, _, _, err := l.takeSlot(ctx, lim, owner, store.Ticket{}, true, false)
 	st.taking = false
 	switch {
 	case err != nil:

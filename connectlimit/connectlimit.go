@@ -36,6 +36,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/rpclimit"
 )
 
@@ -56,7 +57,10 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		c := rpclimit.Call{Procedure: req.Spec().Procedure, Peer: peerAddr(req.Peer()), Metadata: metadataOf(req.Header())}
 		var resp connect.AnyResponse
 		var err error
-		if refused := i.limits.Run(ctx, &c, func(ctx context.Context) { resp, err = next(ctx, req) }); refused != nil {
+		if refused := i.limits.Run(ctx, &c, func(ctx context.Context) {
+			resp, err = next(ctx, req)
+			overload(ctx, err)
+		}); refused != nil {
 			r := asRefusal(refused)
 			return nil, Error(r)
 		}
@@ -72,7 +76,10 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		c := rpclimit.Call{Procedure: conn.Spec().Procedure, Stream: true, Peer: peerAddr(conn.Peer()), Metadata: metadataOf(conn.RequestHeader())}
 		var err error
-		if refused := i.limits.Run(ctx, &c, func(ctx context.Context) { err = next(ctx, conn) }); refused != nil {
+		if refused := i.limits.Run(ctx, &c, func(ctx context.Context) {
+			err = next(ctx, conn)
+			overload(ctx, err)
+		}); refused != nil {
 			r := asRefusal(refused)
 			return Error(r)
 		}
@@ -144,4 +151,12 @@ func asRefusal(err error) *rpclimit.Refusal {
 		r = &rpclimit.Refusal{Code: rpclimit.Internal, Message: "refused", Err: err}
 	}
 	return r
+}
+
+// overload reports a handler's overload answer to the adaptive parents of
+// the call's lease, which ctx carries.
+func overload(ctx context.Context, err error) {
+	if err != nil && rpclimit.Overload(rpclimit.Code(connect.CodeOf(err))) {
+		keycap.ReportOverload(ctx)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/rpclimit"
 )
 
@@ -24,7 +25,10 @@ func UnaryServerInterceptor(limits *rpclimit.Limiters) grpc.UnaryServerIntercept
 		c := call(ctx, info.FullMethod, false)
 		var resp any
 		var err error
-		if refused := limits.Run(ctx, &c, func(ctx context.Context) { resp, err = handler(ctx, req) }); refused != nil {
+		if refused := limits.Run(ctx, &c, func(ctx context.Context) {
+			resp, err = handler(ctx, req)
+			overload(ctx, err)
+		}); refused != nil {
 			r := asRefusal(refused)
 			if v, ok := r.Pushback(); ok {
 				_ = grpc.SetTrailer(ctx, metadata.Pairs(rpclimit.PushbackHeader, v))
@@ -43,7 +47,10 @@ func StreamServerInterceptor(limits *rpclimit.Limiters) grpc.StreamServerInterce
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		c := call(ss.Context(), info.FullMethod, true)
 		var err error
-		if refused := limits.Run(ss.Context(), &c, func(context.Context) { err = handler(srv, ss) }); refused != nil {
+		if refused := limits.Run(ss.Context(), &c, func(ctx context.Context) {
+			err = handler(srv, ss)
+			overload(ctx, err)
+		}); refused != nil {
 			r := asRefusal(refused)
 			if v, ok := r.Pushback(); ok {
 				ss.SetTrailer(metadata.Pairs(rpclimit.PushbackHeader, v))
@@ -51,6 +58,14 @@ func StreamServerInterceptor(limits *rpclimit.Limiters) grpc.StreamServerInterce
 			return Error(r)
 		}
 		return err
+	}
+}
+
+// overload reports a handler's overload answer to the adaptive parents of
+// the call's lease, which ctx carries.
+func overload(ctx context.Context, err error) {
+	if err != nil && rpclimit.Overload(rpclimit.Code(status.Code(err))) {
+		keycap.ReportOverload(ctx)
 	}
 }
 

@@ -62,6 +62,7 @@ type service struct {
 	delay   time.Duration
 	release chan struct{} // nil: hold for delay only
 	started chan string   // each handler's key as it starts, when not nil
+	fail    error         // UnaryCall's answer, when not nil
 }
 
 func tenantOf(ctx context.Context) string {
@@ -104,6 +105,9 @@ func (s *service) hold(ctx context.Context) error {
 func (s *service) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	if err := s.hold(ctx); err != nil {
 		return nil, err
+	}
+	if s.fail != nil {
+		return nil, s.fail
 	}
 	return &testpb.SimpleResponse{}, nil
 }

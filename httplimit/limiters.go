@@ -250,7 +250,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// Do releases the slots after the handler returns or panics, and reuses
 	// the lease: the handler never sees it. Its only error is Acquire's.
-	if err := h.ls.limiter.Do(r.Context(), func(context.Context) error {
+	if err := h.ls.limiter.Do(r.Context(), func(ctx context.Context) error {
+		if ctx != r.Context() { // it carries the lease (keycap.FencesFrom, keycap.ReportOverload)
+			r = r.WithContext(ctx)
+		}
 		h.next.ServeHTTP(w, r)
 		return nil
 	}, limits...); err != nil {

@@ -48,7 +48,9 @@ func New(l *keycap.Limiter) (*Limiter, error) {
 }
 
 // Run takes a slot of rule for job and runs work with it, releasing the slot
-// when work returns or panics. It returns work's error untouched.
+// when work returns or panics. It returns work's error untouched. work's
+// context carries the slot's fencing token when the rule's spec asks for
+// one (keycap.Spec.Fence; read with keycap.FencesFrom).
 //
 // When there is no free slot (or the store failed and the rule fails closed)
 // work does not run, and Run returns a *jobtype.ReleaseError with the delay
@@ -93,7 +95,11 @@ func (jl *Limiter) Run(ctx context.Context, rule Rule, job jobtype.Job, work fun
 	}
 	if err == nil {
 		defer lease.Release()
-		return work(ctx)
+		err := work(keycap.ContextWithLease(ctx, lease)) // the job reads its tokens with keycap.FencesFrom
+		if errors.Is(err, context.DeadlineExceeded) {
+			lease.Overloaded() // a job that timed out is an overload signal for an adaptive parent
+		}
+		return err
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The worker is stopping while the job waited for a slot: the job

@@ -3,6 +3,7 @@ package joblimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -408,5 +409,38 @@ func TestShadowRuleNeverHoldsAJobBack(t *testing.T) {
 		if e.Kind == keycap.LimitExceeded && !e.Limit.Shadow() {
 			t.Fatalf("a refusal of an enforced limit: %+v", e)
 		}
+	}
+}
+
+// TestWorkCarriesItsFence: a job of a fenced rule finds its slot's token in
+// its context, a larger one than the job before it.
+func TestWorkCarriesItsFence(t *testing.T) {
+	t.Parallel()
+	jl, _ := newLimiter(t, memstore.New())
+	rule := joblimit.MustRule("ledger:1", keycap.Spec{Max: 1, Fence: true})
+	var tokens []uint64
+	for range 2 {
+		if err := jl.Run(context.Background(), rule, job, func(ctx context.Context) error {
+			f := keycap.FencesFrom(ctx)
+			if len(f) != 1 {
+				return fmt.Errorf("fences %+v, want one", f)
+			}
+			tokens = append(tokens, f[0].Token)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tokens[1] <= tokens[0] {
+		t.Fatalf("tokens %v, want growing", tokens)
+	}
+	plain := joblimit.MustRule("ledger:2", keycap.Spec{Max: 1})
+	if err := jl.Run(context.Background(), plain, job, func(ctx context.Context) error {
+		if f := keycap.FencesFrom(ctx); f != nil {
+			return fmt.Errorf("an unfenced rule's job carries %+v", f)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -38,6 +38,7 @@ type Store struct {
 	shards [shards]shard
 	hub    hub
 	ov     overrides
+	tokens atomic.Uint64 // the last fencing token granted
 }
 
 type shard struct {
@@ -47,13 +48,14 @@ type shard struct {
 	pauses    map[store.PoolID]time.Duration // pause end
 	rates     map[store.PoolID]time.Duration // GCRA theoretical arrival time
 	parents   map[store.PoolID]*parent
+	totals    map[store.PoolID]*total
 	lastSweep time.Duration
 
 	// The pool used last: an acquire and its release find it with one map
 	// lookup between them.
 	lastID   store.PoolID
 	lastPool *pool
-	_        [128 - 80]byte // keep shards on separate cache lines
+	_        [128 - 88]byte // keep shards on separate cache lines
 }
 
 type mark struct{ start, expires time.Duration }
@@ -115,6 +117,7 @@ func New(opts ...Option) *Store {
 		s.shards[i].pauses = make(map[store.PoolID]time.Duration)
 		s.shards[i].rates = make(map[store.PoolID]time.Duration)
 		s.shards[i].parents = make(map[store.PoolID]*parent)
+		s.shards[i].totals = make(map[store.PoolID]*total)
 	}
 	return s
 }
@@ -125,7 +128,8 @@ var _ store.Store = (*Store)(nil)
 // partitions, in this process (no call waits on anything but a shard's
 // lock, so a Limiter gives them no deadline).
 const features = store.Lines | store.Notifications | store.Shares | store.Pinned | store.Members |
-	store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides | store.InProcess
+	store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides | store.InProcess | store.Fences |
+	store.Totals
 
 // Features implements store.Store.
 func (s *Store) Features() store.Features { return features }
@@ -175,9 +179,21 @@ func (s *Store) Acquire(_ context.Context, p store.PoolID, owner store.Owner, d 
 		}
 		return s.acquireShared(demand{d, p, owner}, t), nil
 	case d.Line.TTL > 0:
-		return s.queue(p, owner, d.Max, d.TTL, d.Line), nil
+		return s.queue(p, owner, d.Max, d.TTL, d.Line, d.Fence), nil
 	}
-	return store.Grant{Granted: s.acquire(p, owner, d.Max, d.TTL, d.Pinned)}, nil
+	ok, token := s.acquire(p, owner, d.Max, d.TTL, d.Pinned, d.Fence)
+	return store.Grant{Granted: ok, Token: token}, nil
+}
+
+// token returns the fencing token of a grant (0 when ok is false or fence
+// is not asked for). The caller holds the lock of the pool granted: tokens
+// come from one counter of the store, so that they grow within each pool in
+// the order of its grants.
+func (s *Store) token(ok, fence bool) uint64 {
+	if !ok || !fence {
+		return 0
+	}
+	return s.tokens.Add(1)
 }
 
 // Release implements store.Store. It never blocks and ignores ctx.
@@ -204,8 +220,9 @@ type demand struct {
 // (the clock would need 146 years), and tells InspectPools the ttl to show.
 const pinned = time.Duration(1 << 62)
 
-// acquire takes a slot of pool p for owner, for ttl or pinned.
-func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Duration, pin bool) bool {
+// acquire takes a slot of pool p for owner, for ttl or pinned, with a
+// fencing token when fence asks for one.
+func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Duration, pin, fence bool) (bool, uint64) {
 	now := s.fast()
 	expires := now + ttl + s.slack
 	if pin {
@@ -216,11 +233,12 @@ func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Dur
 	sh.maybeSweep(now)
 	pl := sh.pool(p)
 	ok, granted := pl.acquire(owner, 1, max, now, expires)
+	token := s.token(ok, fence)
 	sh.mu.Unlock()
 	if granted != nil {
 		s.hub.notify(p, granted)
 	}
-	return ok
+	return ok, token
 }
 
 // release frees owner's plain slot of pool p.
@@ -245,7 +263,7 @@ func (s *Store) release(p store.PoolID, owner store.Owner) {
 }
 
 // queue is acquire for a caller that waits in p's line when refused.
-func (s *Store) queue(p store.PoolID, owner store.Owner, max int, ttl time.Duration, t store.Ticket) store.Grant {
+func (s *Store) queue(p store.PoolID, owner store.Owner, max int, ttl time.Duration, t store.Ticket, fence bool) store.Grant {
 	now := s.fast()
 	sh := s.shard(p)
 	sh.mu.Lock()
@@ -258,9 +276,10 @@ func (s *Store) queue(p store.PoolID, owner store.Owner, max int, ttl time.Durat
 	} else {
 		ahead = pl.queue(ticket{owner: owner, expires: now + t.TTL, claim: t.Claim, weight: 1})
 	}
+	token := s.token(ok, fence)
 	sh.mu.Unlock()
 	s.hub.notify(p, granted)
-	return store.Grant{Granted: ok, Ahead: ahead}
+	return store.Grant{Granted: ok, Ahead: ahead, Token: token}
 }
 
 // dequeue takes owner out of p's line, and frees a slot handed to it.
@@ -639,6 +658,11 @@ func (sh *shard) maybeSweep(now time.Duration) {
 	for id, tat := range sh.rates {
 		if tat <= now {
 			delete(sh.rates, id)
+		}
+	}
+	for id, t := range sh.totals {
+		if !t.live(now) {
+			delete(sh.totals, id)
 		}
 	}
 }

@@ -192,9 +192,10 @@ func (s *Store) acquireShared(d demand, t *store.Ticket) store.Grant {
 	}
 	granted := pa.fill(now)
 	ok, ahead := pa.take(d, k, t, now)
+	token := s.token(ok, d.Fence)
 	sh.mu.Unlock()
 	s.hub.notify(d.Shared.Parent.Pool, granted)
-	return store.Grant{Granted: ok, Ahead: ahead}
+	return store.Grant{Granted: ok, Ahead: ahead, Token: token}
 }
 
 // take grants d to k, or queues it with t: the caller has dropped the
@@ -457,9 +458,10 @@ func (s *Store) acquireWeighted(d demand, t *store.Ticket) store.Grant {
 	case !ok && t != nil:
 		ahead = pl.queue(ticket{owner: d.Owner, expires: now + t.TTL, claim: t.Claim, weight: w})
 	}
+	token := s.token(ok, d.Fence)
 	sh.mu.Unlock()
 	s.hub.notify(d.Pool, granted)
-	return store.Grant{Granted: ok, Ahead: ahead}
+	return store.Grant{Granted: ok, Ahead: ahead, Token: token}
 }
 
 // renewKid is Renew for a lease of a parent's kid.

@@ -42,11 +42,12 @@ func (*Store) Features() store.Features {
 	return store.Shares | store.Members | store.Marks | store.Pauses | store.Paces | store.InProcess
 }
 
-// Acquire grants every slot, whatever its weight and parent; a ticket or a
-// pinned slot, which it does not declare, is not supported.
+// Acquire grants every slot, whatever its weight and parent; a ticket, a
+// pinned slot or a fencing token, which it does not declare, is not
+// supported (a token from a store that keeps nothing would fence nothing).
 func (s *Store) Acquire(_ context.Context, _ store.PoolID, _ store.Owner, d store.Demand) (store.Grant, error) {
-	if d.Line.TTL > 0 || d.Pinned { // a Limiter never asks: the store declares neither
-		return store.Grant{}, store.Need(s, store.Lines|store.Pinned)
+	if d.Line.TTL > 0 || d.Pinned || d.Fence { // a Limiter never asks: the store declares none
+		return store.Grant{}, store.Need(s, store.Lines|store.Pinned|store.Fences)
 	}
 	return store.Grant{Granted: true}, nil
 }

@@ -74,6 +74,11 @@ type Observer struct {
 	throttled, exhausted, paused, held, retried metric.Int64Counter
 	pauseLength                                 metric.Float64Histogram
 
+	total                       metric.Int64Gauge
+	totalLatency, totalBaseline metric.Float64Gauge
+	totalInFlight               metric.Float64Gauge
+	totalChanges                metric.Int64Counter
+
 	slots     sync.Map // slotKey → *slotSeries
 	apis      sync.Map // apiKey → *apiSeries
 	cached    atomic.Int64
@@ -199,6 +204,18 @@ func New(config *Config) (*Observer, error) {
 	o.retried = counter("api_retried_count", "Throttled requests sent again after a wait in place", "{call}")
 	o.pauseLength = histogram("api_pause_duration", "How long pauses last", pauseBuckets)
 
+	o.total, err = meter.Int64Gauge(prefix+"parent_total", metric.WithDescription("The adaptive total of a parent this process follows (enforced, or computed in shadow)"), metric.WithUnit("{slot}"))
+	errs = append(errs, err)
+	fgauge := func(n, desc, u string) metric.Float64Gauge {
+		g, err := meter.Float64Gauge(prefix+n, metric.WithDescription(desc), metric.WithUnit(u))
+		errs = append(errs, err)
+		return g
+	}
+	o.totalLatency = fgauge("parent_latency", "Mean latency of the work an adaptive parent guards, over the interval of its last change, on every process", unit)
+	o.totalBaseline = fgauge("parent_baseline", "The no-load latency an adaptive parent compares with, as of its last change", unit)
+	o.totalInFlight = fgauge("parent_in_flight", "Average slots an adaptive parent's keys held, over the interval of its last change, on every process", "{slot}")
+	o.totalChanges = counter("parent_total_change_count", "Changes of an adaptive total, by reason (demand, latency, overload)", "{change}")
+
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("otelobserver: %w", err)
@@ -299,6 +316,17 @@ func (o *Observer) observe(ctx context.Context, e keycap.Event) *slotSeries {
 		o.held.Add(ctx, 1, o.api(apiKey{kind: e.Kind, api: e.API, paced: e.Paced}).add...)
 	case keycap.CallRetried:
 		o.retried.Add(ctx, 1, o.api(apiKey{kind: e.Kind, api: e.API}).add...)
+
+	case keycap.TotalChanged:
+		if t := e.Tuning; t != nil {
+			set := metric.WithAttributes(attribute.String("parent", t.Parent), attribute.Bool("shadow", t.Shadow))
+			o.total.Record(ctx, int64(t.Total), set)
+			o.totalLatency.Record(ctx, o.duration(t.Mean), set)
+			o.totalBaseline.Record(ctx, o.duration(t.Baseline), set)
+			o.totalInFlight.Record(ctx, t.InFlight, set)
+			o.totalChanges.Add(ctx, 1, metric.WithAttributes(attribute.String("parent", t.Parent), attribute.Bool("shadow", t.Shadow),
+				attribute.String("reason", t.Reason)))
+		}
 	}
 	return nil
 }

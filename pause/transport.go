@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keycap/keycap"
@@ -51,6 +52,7 @@ type Transport struct {
 	anyMethod  bool
 	maxRetries int
 	asResponse bool
+	limit      func(api string) (keycap.Limit, bool) // WithConcurrency; nil: no cap
 }
 
 // A TransportOption configures a Transport.
@@ -86,6 +88,21 @@ func WithRetryAnyMethod() TransportOption {
 // and try again.
 func WithRefusalAsResponse() TransportOption {
 	return TransportOption{func(t *Transport) { t.asResponse = true }}
+}
+
+// WithConcurrency caps the calls in flight to each API with a keycap limit
+// — limit returns it for an API's name, or false for no cap — on every
+// server that shares the store: a call holds a slot from before it is sent
+// until its response's body is closed (or it fails). Give the limit an
+// adaptive parent (keycap.WithAdaptive) to find a vendor's hidden
+// concurrency: a throttled answer (429, and what the hint parser reads as
+// throttled), a 503, 504 or 529, and a call that timed out are reported as
+// overloads (Lease.Overloaded), which cut the total, and the total grows
+// again while calls fill it. The pause and the pace apply as without it,
+// before the slot is taken. A call the limit refuses (keycap.ErrLimitExceeded
+// once its Spec.Wait has passed) fails unsent with that error.
+func WithConcurrency(limit func(api string) (keycap.Limit, bool)) TransportOption {
+	return TransportOption{func(t *Transport) { t.limit = limit }}
 }
 
 // WithMaxRetries bounds how many times one request is sent again in place
@@ -142,11 +159,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return nil, err
 			}
 		}
+		lease, err := t.slot(ctx, api)
+		if err != nil {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			return nil, err
+		}
 		resp, err := t.next.RoundTrip(r)
 		if err != nil {
+			if lease != nil && (isTimeout(err) || errors.Is(err, context.DeadlineExceeded)) {
+				lease.Overloaded()
+			}
+			lease.Release()
 			return nil, err
 		}
 		h := t.ps.Hint(resp, peek(resp))
+		if lease != nil {
+			if h.Throttled || overloaded(resp.StatusCode) {
+				lease.Overloaded()
+			}
+			resp.Body = &releaseOnClose{ReadCloser: resp.Body, lease: lease}
+		}
 		switch {
 		case h.Exhausted:
 			t.ps.emit(keycap.Event{Kind: keycap.Exhausted, API: api, Wait: h.Wait, Source: h.Source})
@@ -170,6 +204,42 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.ps.emit(keycap.Event{Kind: keycap.CallRetried, API: api, Wait: wait})
 	}
+}
+
+// slot takes a slot of api's limit (WithConcurrency); nil when it has none.
+func (t *Transport) slot(ctx context.Context, api string) (*keycap.Lease, error) {
+	if t.limit == nil {
+		return nil, nil
+	}
+	lim, ok := t.limit(api)
+	if !ok {
+		return nil, nil
+	}
+	return t.ps.l.Acquire(ctx, lim)
+}
+
+// overloaded reports whether a status says the API cannot take more calls
+// now (besides the throttled answers the hint parser reads).
+func overloaded(code int) bool {
+	return code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout || code == 529
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// releaseOnClose releases a call's slot when its response's body is closed.
+type releaseOnClose struct {
+	io.ReadCloser
+	lease *keycap.Lease
+	once  sync.Once
+}
+
+func (b *releaseOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.lease.Release)
+	return err
 }
 
 // Admit returns once api may be called: at once when it is neither paused

@@ -50,6 +50,11 @@ func TestMigrateFromVersion3(t *testing.T) {
 	plain, po := store.PoolOf(0, "upgrade", "plain"), store.NewOwner()
 	parent, kid, ko := keycap.MustParent("upgrade-parent", 5).Pool(), store.PoolOf(0, "upgrade", "kid"), store.NewOwner()
 	pause := store.PoolOf(byte(keycap.FamilyPause), "upgrade", "api")
+	// A parent of one, held by one key while another waits with a ticket:
+	// after the upgrade the waiting key is in the parent's queue (version
+	// 6), and the holder's release hands it the slot.
+	full, hk, ho := keycap.MustParent("upgrade-full", 1).Pool(), store.PoolOf(0, "upgrade-full", "holder"), store.NewOwner()
+	wk, wo := store.PoolOf(0, "upgrade-full", "waiter"), store.NewOwner()
 	for _, q := range []struct {
 		sql  string
 		args []any
@@ -57,6 +62,8 @@ func TestMigrateFromVersion3(t *testing.T) {
 		{"SELECT " + n.F("acquire") + "($1, $2, 5, 60000)", []any{plain[:], po[:]}},
 		{"SELECT granted FROM " + n.F("ptake") + "($1, $2, $3, 5, 60000, 1, 5, 1, 0, 0, 0)", []any{parent[:], kid[:], ko[:]}},
 		{"SELECT " + n.F("pause") + "($1, 60000)", []any{pause[:]}},
+		{"SELECT granted FROM " + n.F("ptake") + "($1, $2, $3, 1, 60000, 1, 1, 1, 0, 0, 0)", []any{full[:], hk[:], ho[:]}},
+		{"SELECT granted FROM " + n.F("ptake") + "($1, $2, $3, 1, 60000, 1, 1, 1, 0, 60000, 60000)", []any{full[:], wk[:], wo[:]}},
 	} {
 		if _, err := pool.Exec(ctx, q.sql, q.args...); err != nil {
 			t.Fatalf("%s: %v", q.sql, err)
@@ -102,6 +109,14 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 	if v, list, err := s.Overrides(ctx, 0); err != nil || v == 0 || len(list) != 1 || list[0] != o {
 		t.Fatalf("overrides: %d, %+v, %v; want a new version and %+v", v, list, err, o)
+	}
+	if _, err := pool.Exec(ctx, "SELECT "+n.F("pgive")+"($1, $2, $3, false, 0, 1, 0, 0)", full[:], hk[:], ho[:]); err != nil {
+		t.Fatal(err)
+	}
+	var handed bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+n.T("lease")+" WHERE pool = $1 AND owner = $2)",
+		append(full[:], wk[:]...), wo[:]).Scan(&handed); err != nil || !handed {
+		t.Fatalf("the key that waited before the upgrade was not handed the freed slot (%v)", err)
 	}
 	var idx int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname IN ('keycap_lease_kid', 'keycap_ticket_kid')`,

@@ -84,7 +84,7 @@ var migrationTmpl string
 var migration = template.Must(template.New("migration").Parse(migrationTmpl))
 
 // Version is the version of the schema this package installs.
-const Version = 5
+const Version = 8
 
 // Defaults.
 const (
@@ -110,7 +110,7 @@ var _ store.Store = (*Store)(nil)
 // holder can die without the database), asynchronous releases and
 // partitions, over the network.
 const features = store.Lines | store.Notifications | store.Shares | store.Members | store.Marks |
-	store.Pauses | store.Paces | store.Inspection | store.Overrides
+	store.Pauses | store.Paces | store.Inspection | store.Overrides | store.Fences | store.Totals
 
 // Features implements store.Store.
 func (s *Store) Features() store.Features { return features }
@@ -174,6 +174,12 @@ func (n names) Seq(q string) string { return strings.ReplaceAll(n.T(q), "'", "''
 // channel returns the NOTIFY channel of the store's handoffs.
 func (n names) channel() string { return n.Schema + "_" + n.Prefix + "wake" }
 
+// fence returns the fencing token of a grant whose result is column
+// granted: the next value of the fence sequence, 0 when refused.
+func (n names) fence(granted string) string {
+	return "CASE WHEN " + granted + " THEN nextval('" + n.Seq("fence") + "') ELSE 0 END"
+}
+
 // Channel returns the channel as an identifier, for LISTEN.
 func (n names) Channel() string { return pgx.Identifier{n.channel()}.Sanitize() }
 
@@ -228,18 +234,27 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	n := names{c.schema, c.prefix}
 	s := &Store{pool: pool, names: n, timeout: c.timeout, hub: hub{channel: n.Channel()}, sql: map[string]string{
-		"acquire": "SELECT " + n.F("acquire") + "($1, $2, $3, $4)",
-		"release": "SELECT " + n.F("release") + "($1, $2, $3)",
-		"queue":   "SELECT granted, ahead FROM " + n.F("queue") + "($1, $2, $3, $4, $5, $6)",
-		"renew":   "SELECT * FROM " + n.F("renew") + "($1, $2, $3)",
-		"sync":    "SELECT pool, removed FROM " + n.F("sync") + "($1, $2, $3, $4)",
-		"mark":    "SELECT age_ms, started FROM " + n.F("mark") + "($1, $2)",
-		"pause":   "SELECT " + n.F("pause") + "($1, $2)",
-		"paused":  "SELECT " + n.F("paused") + "($1)",
-		"pace":    "SELECT " + n.F("pace") + "($1, $2, $3, $4)",
-		"wtake":   "SELECT granted, ahead FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
-		"ptake":   "SELECT granted, ahead FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-		"pgive":   "SELECT " + n.F("pgive") + "($1, $2, $3, $4, $5, $6, $7, $8)",
+		"acquire":      "SELECT " + n.F("acquire") + "($1, $2, $3, $4)",
+		"release":      "SELECT " + n.F("release") + "($1, $2, $3)",
+		"queue":        "SELECT granted, ahead FROM " + n.F("queue") + "($1, $2, $3, $4, $5, $6)",
+		"renew":        "SELECT * FROM " + n.F("renew") + "($1, $2, $3)",
+		"sync":         "SELECT pool, removed FROM " + n.F("sync") + "($1, $2, $3, $4)",
+		"mark":         "SELECT age_ms, started FROM " + n.F("mark") + "($1, $2)",
+		"report_total": "SELECT version, state, report FROM " + n.F("report_total") + "($1, $2, $3, $4, $5)",
+		"set_total":    "SELECT set_, version, state FROM " + n.F("set_total") + "($1, $2, $3, $4, $5)",
+		"pause":        "SELECT " + n.F("pause") + "($1, $2)",
+		"paused":       "SELECT " + n.F("paused") + "($1)",
+		"pace":         "SELECT " + n.F("pace") + "($1, $2, $3, $4)",
+		"wtake":        "SELECT granted, ahead FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
+		"ptake":        "SELECT granted, ahead FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		"pgive":        "SELECT " + n.F("pgive") + "($1, $2, $3, $4, $5, $6, $7, $8)",
+
+		// The grants with a fencing token (store.Fences): nextval in the
+		// statement of the call, so under the lock it took.
+		"acquire_fenced": "SELECT g, 0, " + n.fence("g") + " FROM " + n.F("acquire") + "($1, $2, $3, $4) AS g",
+		"queue_fenced":   "SELECT granted, ahead, " + n.fence("granted") + " FROM " + n.F("queue") + "($1, $2, $3, $4, $5, $6)",
+		"wtake_fenced":   "SELECT granted, ahead, " + n.fence("granted") + " FROM " + n.F("wtake") + "($1, $2, $3, $4, $5, $6, $7)",
+		"ptake_fenced":   "SELECT granted, ahead, " + n.fence("granted") + " FROM " + n.F("ptake") + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
 
 		"inspect":         "SELECT pool, kind, owner, weight, left_us FROM " + n.F("inspect") + "($1, $2, $3)",
 		"inspect_pauses":  "SELECT id, pace, left_us FROM " + n.F("inspect_pauses") + "($1, $2, $3)",
@@ -273,6 +288,8 @@ func (s *Store) Acquire(ctx context.Context, pool store.PoolID, owner store.Owne
 	switch {
 	case d.Pinned:
 		return store.Grant{}, store.Need(s, store.Pinned)
+	case d.Fence:
+		return s.acquireFenced(ctx, demand{d, pool, owner})
 	case !d.Plain():
 		return s.acquireShared(ctx, demand{d, pool, owner})
 	case d.Line.TTL > 0:
@@ -451,7 +468,7 @@ func (s *Store) Pace(ctx context.Context, id store.PoolID, rate store.Rate) (tim
 // queries.
 func (s *Store) Tables() []string {
 	var out []string
-	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket", "account", "override", "override_version"} {
+	for _, t := range []string{"lease", "mark", "pause", "rate", "ticket", "account", "pqueue", "override", "override_version"} {
 		out = append(out, strings.Trim(s.names.T(t), " "))
 	}
 	return out

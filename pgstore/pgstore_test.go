@@ -330,3 +330,42 @@ func TestIdleAccountsAreSwept(t *testing.T) {
 		t.Fatalf("%d idle accounts after a sweep 11 s on, want 0", got)
 	}
 }
+
+// TestHeadThatExpiresUnblocksItsKey: a key's head ticket too heavy for the
+// key's room blocks the ticket behind it; when that head expires, the next
+// call of the waiter behind it is granted (its call places its key in the
+// parent's queue before the fill). memstore and redisstore serve it only at
+// a later call on the parent (issue 27's notes).
+func TestHeadThatExpiresUnblocksItsKey(t *testing.T) {
+	t.Parallel()
+	_, schema := migrated(t)
+	ctx := context.Background()
+	s := newStore(t, schema)
+	shared := &store.Shared{Weight: 1, Parent: store.Parent{Pool: store.PoolOf(0, "blocking-head", ""), Max: 5, Share: 1}}
+	heavyShared := *shared
+	heavyShared.Weight = 2
+	key := store.PoolOf(0, "blocking-head-key", "k")
+	long := store.Ticket{TTL: time.Minute, Claim: time.Minute}
+	ask := func(o store.Owner, sh *store.Shared, tk store.Ticket) bool {
+		t.Helper()
+		g, err := s.Acquire(ctx, key, o, store.Demand{Max: 2, TTL: time.Minute, Shared: sh, Line: tk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Granted
+	}
+	if !ask(store.NewOwner(), shared, store.Ticket{}) { // the key holds 1 of its 2
+		t.Fatal("the first lease was refused")
+	}
+	if ask(store.NewOwner(), &heavyShared, store.Ticket{TTL: 300 * time.Millisecond, Claim: time.Minute}) {
+		t.Fatal("a lease of 2 was granted beside 1 under a max of 2")
+	}
+	light := store.NewOwner()
+	if ask(light, shared, long) {
+		t.Fatal("the light caller overtook the heavy head")
+	}
+	time.Sleep(400 * time.Millisecond) // the heavy ticket expires (what is tested is time passing)
+	if !ask(light, shared, long) {
+		t.Fatal("the waiter behind an expired head was not granted at its next call")
+	}
+}

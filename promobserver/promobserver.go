@@ -56,6 +56,9 @@ type Observer struct {
 	throttled, exhausted, pauses, held, retries *prometheus.CounterVec
 	pauseLength                                 *prometheus.HistogramVec
 
+	total, totalLatency, totalBaseline, totalInFlight *prometheus.GaugeVec
+	totalChanges                                      *prometheus.CounterVec
+
 	suffix func(keycap.Limit) string // WithLimitSuffix, nil without
 
 	byLimit sync.Map // seriesKey → *series
@@ -129,6 +132,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: c.namespace, Name: name, Help: help}, labels)
 	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: name, Help: help}, labels)
+	}
 	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: c.namespace, Name: name, Help: help, Buckets: buckets}, labels)
 	}
@@ -153,10 +159,18 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		held:        counter("api_held_total", "Calls refused unsent or jobs released, because the API was paused or over its rate.", "api", "reason"),
 		retries:     counter("api_retries_in_place_total", "Throttled requests sent again after a wait in place.", "api"),
 		pauseLength: histogram("api_pause_seconds", "How long pauses last.", c.pauseBuckets, "api"),
+		total:       gauge("parent_total", "The adaptive total of a parent this process follows (enforced, or computed in shadow).", "parent", "shadow"),
+		totalLatency: gauge("parent_latency_seconds", "Mean latency of the work an adaptive parent guards, over the interval of its last change, on every process.",
+			"parent", "shadow"),
+		totalBaseline: gauge("parent_baseline_seconds", "The no-load latency an adaptive parent compares with, as of its last change.", "parent", "shadow"),
+		totalInFlight: gauge("parent_in_flight", "Average slots an adaptive parent's keys held, over the interval of its last change, on every process.",
+			"parent", "shadow"),
+		totalChanges: counter("parent_total_changes_total", "Changes of an adaptive total, by reason (demand, latency, overload).", "parent", "shadow", "reason"),
 	}
 	o.up.WithLabelValues("").Set(1)
 	for _, col := range []prometheus.Collector{o.acquired, o.exceeded, o.released, o.lost, o.ghosts, o.inUse, o.wait, o.hold,
-		o.failures, o.up, o.overloaded, o.throttled, o.exhausted, o.pauses, o.held, o.retries, o.pauseLength} {
+		o.failures, o.up, o.overloaded, o.throttled, o.exhausted, o.pauses, o.held, o.retries, o.pauseLength,
+		o.total, o.totalLatency, o.totalBaseline, o.totalInFlight, o.totalChanges} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -234,5 +248,14 @@ func (o *Observer) Observe(e keycap.Event) {
 		o.held.WithLabelValues(e.API, reason).Inc()
 	case keycap.CallRetried:
 		o.retries.WithLabelValues(e.API).Inc()
+	case keycap.TotalChanged:
+		if t := e.Tuning; t != nil {
+			p, sh := t.Parent, strconv.FormatBool(t.Shadow)
+			o.total.WithLabelValues(p, sh).Set(float64(t.Total))
+			o.totalLatency.WithLabelValues(p, sh).Set(t.Mean.Seconds())
+			o.totalBaseline.WithLabelValues(p, sh).Set(t.Baseline.Seconds())
+			o.totalInFlight.WithLabelValues(p, sh).Set(t.InFlight)
+			o.totalChanges.WithLabelValues(p, sh, t.Reason).Inc()
+		}
 	}
 }

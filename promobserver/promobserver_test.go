@@ -210,3 +210,29 @@ keycap_store_up{node=""} 1
 		t.Fatal(err)
 	}
 }
+
+func TestAdaptiveTotals(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	o, err := promobserver.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Observe(keycap.Event{Kind: keycap.TotalChanged, Tuning: &keycap.Tuning{Parent: "db", Total: 40, Previous: 44,
+		Reason: "latency", Mean: 30 * time.Millisecond, Baseline: 20 * time.Millisecond, InFlight: 43.5}})
+	o.Observe(keycap.Event{Kind: keycap.TotalChanged, Tuning: &keycap.Tuning{Parent: "db", Total: 44, Previous: 40, Reason: "demand"}})
+	o.Observe(keycap.Event{Kind: keycap.TotalChanged, Tuning: &keycap.Tuning{Parent: "db", Total: 7, Previous: 8, Reason: "overload", Shadow: true}})
+	want := `
+# HELP keycap_parent_total The adaptive total of a parent this process follows (enforced, or computed in shadow).
+# TYPE keycap_parent_total gauge
+keycap_parent_total{parent="db",shadow="false"} 44
+keycap_parent_total{parent="db",shadow="true"} 7
+# HELP keycap_parent_total_changes_total Changes of an adaptive total, by reason (demand, latency, overload).
+# TYPE keycap_parent_total_changes_total counter
+keycap_parent_total_changes_total{parent="db",reason="demand",shadow="false"} 1
+keycap_parent_total_changes_total{parent="db",reason="latency",shadow="false"} 1
+keycap_parent_total_changes_total{parent="db",reason="overload",shadow="true"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "keycap_parent_total", "keycap_parent_total_changes_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -180,7 +180,7 @@ func (s *Store) fit(cmd redis.Cmder) {
 // Redis refuses, for whatever reason, turns functions off: the same code
 // runs as scripts.
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript, inspectScript, overridesScript} {
+	for _, sc := range []*redis.Script{acquireScript, queueScript, releaseScript, renewScript, markScript, pauseScript, syncScript, shareScript, inspectScript, overridesScript, reportTotalScript, setTotalScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return err
 		}

@@ -5,7 +5,8 @@
 -- KEYS[1]  the pool's slots: a sorted set of owner token -> expiry (ms)
 -- KEYS[2]  the pool's line: a sorted set of owner token -> arrival number
 -- KEYS[3]  the line's meta: a hash of owner token -> "expiry:claim" (ms) of
---          its ticket, "max" -> the pool's max, "seq" -> the last arrival
+--          its ticket, "max" -> the pool's max, "seq" -> the last arrival,
+--          "fence" -> the last fencing token granted (store.Fences)
 -- The wake-up channel is the last argument. The four names share the pool's
 -- hash tag, so a script touches one Redis Cluster slot. Each script or
 -- function of the line sets the three from its keys first (linePrologue in
@@ -58,6 +59,24 @@ local function keep(key, ms, fresh)
   elseif redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
   end
+end
+
+-- fence returns the fencing token of a grant whose hash h keeps the last
+-- one in field f, and keeps h alive ms from now at least: the clock of
+-- Redis in µs, or one above the last token when that is not below it. The
+-- clock makes the tokens grow even when h is lost (it expired with the
+-- pool, or Redis restarted without it), as long as the clock does not go
+-- back. Tokens stay below 2^53, exact in a Lua number (until year 2255).
+local function fence(h, f, ms)
+  local t = redis.call('TIME')
+  local token = t[1] * 1000000 + t[2]
+  local last = tonumber(redis.call('HGET', h, f))
+  if last and last >= token then
+    token = last + 1
+  end
+  redis.call('HSET', h, f, string.format('%d', token))
+  keep(h, ms)
+  return token
 end
 
 -- fill hands the free slots of the pool to the tickets at the head of its

@@ -7,11 +7,13 @@
 -- ARGV[5]  claim window of the ticket, in milliseconds
 -- ARGV[6]  the wake-up channel
 -- ARGV[7]  the lease's weight, 1 when absent
+-- ARGV[8]  1 to answer a grant with its fencing token (store.Fences)
 --
 -- Grants as acquire.lua does; when it refuses, the owner holds a ticket in
 -- the line (keeping its place if it had one), which expires after the
--- ticket's ttl unless the owner queues again. Returns {1, 0} when granted,
--- {0, tickets ahead of the owner's} when refused.
+-- ticket's ttl unless the owner queues again. Returns {1, 0} when granted
+-- ({1, 0, token} with ARGV[8]), {0, tickets ahead of the owner's} when
+-- refused.
 local owner = ARGV[1]
 local max, ttl, tttl, claim = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local w = tonumber(ARGV[7]) or 1
@@ -23,6 +25,9 @@ end
 if granted then
   if waiting and redis.call('ZREM', line, owner) == 1 then
     redis.call('HDEL', meta, owner)
+  end
+  if ARGV[8] == '1' then
+    return {1, 0, fence(meta, 'fence', ttl)}
   end
   return {1, 0}
 end

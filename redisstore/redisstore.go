@@ -125,7 +125,7 @@ var _ store.Store = (*Store)(nil)
 // partitions (a cluster's slot ranges) on a cluster only.
 func (s *Store) Features() store.Features {
 	f := store.Lines | store.Notifications | store.Shares | store.AsyncRelease | store.Members |
-		store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides
+		store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides | store.Fences | store.Totals
 	if s.cluster != nil {
 		f |= store.Partitions
 	}
@@ -271,7 +271,7 @@ func (s *Store) Acquire(ctx context.Context, pool store.PoolID, owner store.Owne
 	switch {
 	case d.Pinned:
 		return store.Grant{}, store.Need(s, store.Pinned)
-	case !d.Plain():
+	case !d.Plain() || d.Fence:
 		return s.acquireShared(ctx, demand{d, pool, owner})
 	case d.Line.TTL > 0:
 		return s.queue(ctx, pool, owner, d.Max, d.TTL, d.Line)

@@ -371,7 +371,7 @@ func TestDocsListThisStore(t *testing.T) {
 // demand with ErrNotSupported, before any call to Redis.
 func TestFeatures(t *testing.T) {
 	const all = store.Lines | store.Notifications | store.Shares | store.AsyncRelease | store.Members |
-		store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides
+		store.Marks | store.Pauses | store.Paces | store.Inspection | store.Overrides | store.Fences | store.Totals
 	nowhere := []string{"127.0.0.1:1"} // never answers: a call to Redis fails with a dial error
 	for _, tc := range []struct {
 		name   string

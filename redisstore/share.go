@@ -51,6 +51,10 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 	var keys []string
 	var args []any
 	w := d.Weight()
+	fence := 0
+	if d.Fence {
+		fence = 1
+	}
 	switch {
 	case d.HasParent():
 		var lines, channel string
@@ -60,17 +64,17 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 			tttl, claim = ms(t.TTL), ms(t.Claim)
 		}
 		script = shareScript
-		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.Shared.Parent.Max, max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, tttl, claim}
+		args = []any{"take", lines, channel, d.Pool.String(), d.Owner[:], w, d.Max, ms(d.TTL), d.Shared.Parent.Max, max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min, tttl, claim, fence}
 	case t != nil:
 		var channel string
 		keys, channel = s.names(d.Pool)
 		script = queueScript
-		args = []any{d.Owner[:], d.Max, ms(d.TTL), ms(t.TTL), ms(t.Claim), channel, w}
+		args = []any{d.Owner[:], d.Max, ms(d.TTL), ms(t.TTL), ms(t.Claim), channel, w, fence}
 	default:
 		var channel string
 		keys, channel = s.names(d.Pool)
 		script = acquireScript
-		args = []any{d.Owner[:], d.Max, ms(d.TTL), channel, w}
+		args = []any{d.Owner[:], d.Max, ms(d.TTL), channel, w, fence}
 	}
 	var reply *redis.Cmd
 	var wait *redis.Cmd
@@ -99,18 +103,28 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 	}
 	var granted bool
 	var ahead int
+	var token uint64
 	if script == acquireScript {
-		n, err := reply.Int()
+		n, err := reply.Int64()
 		if err != nil {
 			return store.Grant{}, fmt.Errorf("redisstore: acquire: %w", err)
 		}
-		granted = n == 1
+		granted = n != 0
+		if d.Fence {
+			token = uint64(n)
+		}
 	} else {
 		res, err := reply.Int64Slice()
-		if err != nil || len(res) != 2 {
+		if err != nil || len(res) < 2 {
 			return store.Grant{}, fmt.Errorf("redisstore: acquire: unexpected reply %v (%v)", res, err)
 		}
 		granted, ahead = res[0] == 1, int(res[1])
+		if granted && len(res) > 2 {
+			token = uint64(res[2])
+		}
+	}
+	if d.Fence && granted && token <= 1 {
+		return store.Grant{}, fmt.Errorf("redisstore: acquire: a grant without its fencing token (%d)", token)
 	}
 	if granted && wait != nil {
 		got, werr := wait.Int64()
@@ -122,7 +136,7 @@ func (s *Store) acquireShared(ctx context.Context, d demand) (store.Grant, error
 			return store.Grant{}, fmt.Errorf("redisstore: acquire: %w: %d of %d replicas within %s", ErrNotReplicated, got, s.acks, s.ackWait)
 		}
 	}
-	return store.Grant{Granted: granted, Ahead: ahead}, nil
+	return store.Grant{Granted: granted, Ahead: ahead, Token: token}, nil
 }
 
 // releaseShared is Release for a demand with a weight or a parent: without

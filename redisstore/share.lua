@@ -21,7 +21,8 @@
 -- KEYS[6]  the keys' accounts: a hash of "v" .. kid -> virtual time (ms of
 --          slot-time per share), "q" .. kid -> its member in KEYS[4] or
 --          KEYS[5], "s" .. kid .. owner -> when a lease began (ms) and "V"
---          -> the parent's virtual time (the key's served last, when it was)
+--          -> the parent's virtual time (the key's served last, when it was),
+--          "F" -> the last fencing token granted in the parent
 -- KEYS[7]  the keys that hold nothing and wait for nothing but keep an
 --          account (they are ahead of the parent's time): a sorted set of
 --          kid -> since when (ms). An account idle for forget ms is dropped.
@@ -41,7 +42,10 @@
 -- and, per operation:
 --   take:  ARGV[7] the key's max, ARGV[8] the lease's ttl (ms), ARGV[9] the
 --          parent's max, ARGV[10] the key's share, ARGV[11] its minimum,
---          ARGV[12] the ticket's ttl (0: no ticket), ARGV[13] its claim
+--          ARGV[12] the ticket's ttl (0: no ticket), ARGV[13] its claim,
+--          ARGV[14] 1 to answer a grant with its fencing token: {1, 0,
+--          token}, from acct's "F", the parent's last token (store.Fences:
+--          growing in every key's pool as they grow in the parent's)
 --   give:  ARGV[7] 1 to take the owner's ticket out of the line too,
 --          ARGV[8] how long to keep the slot for the key (ms, 0: never),
 --          ARGV[9] the key's share, ARGV[10] its minimum, ARGV[11] how
@@ -84,6 +88,24 @@ local function keepLeases(ms)
   keep(leases, ms)
   keep(meta, ms)
   keep(acct, ms)
+end
+
+-- granted is take's answer to a grant: {1, 0}, or {1, 0, token} with the
+-- grant's fencing token when fenced (ARGV[14]; as line.lua's fence, the
+-- parent's clock in µs or one above the last token).
+local function granted(ttl, fenced)
+  if not fenced then
+    return {1, 0}
+  end
+  local t = redis.call('TIME')
+  local token = t[1] * 1000000 + t[2]
+  local last = tonumber(redis.call('HGET', acct, 'F'))
+  if last and last >= token then
+    token = last + 1
+  end
+  redis.call('HSET', acct, 'F', string.format('%d', token))
+  keep(acct, ttl)
+  return {1, 0, token}
 end
 
 -- num writes x for HSET and ZADD without losing digits.
@@ -485,6 +507,7 @@ end
 if op == 'take' then
   local max, ttl, pmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+  local fenced = ARGV[14] == '1'
   local now = clock()
   expire(now)
   forgetIdle(now)
@@ -497,14 +520,14 @@ if op == 'take' then
     if redis.call('EXISTS', line) == 1 then
       place(kid, now)
     end
-    return {1, 0}
+    return granted(ttl, fenced)
   end
   local lined = redis.call('EXISTS', line) == 1
   if not lined and takeKept(kid, w) then
     grant(kid, owner, w, now + ttl)
     redis.call('HSET', acct, 's' .. kid .. owner, now) -- kept, not granted: the parent's time stays
     keepLeases(ttl)
-    return {1, 0}
+    return granted(ttl, fenced)
   end
   local total = redis.call('ZCARD', leases)
   reconcile(total, now)
@@ -522,7 +545,7 @@ if op == 'take' then
     if first then
       grantFair(kid, owner, w, now + ttl, now, v)
       keepLeases(ttl)
-      return {1, 0}
+      return granted(ttl, fenced)
     end
   end
   if tttl == 0 then

@@ -28,6 +28,15 @@ const (
 	Unavailable Code = 14
 )
 
+// Overload reports whether a handler's answer of code is an overload
+// signal for an adaptive parent (keycap.Adaptive): ResourceExhausted,
+// Unavailable or DeadlineExceeded, as a backend answers when it cannot take
+// more. The server interceptors (grpclimit, connectlimit) report it
+// (keycap.ReportOverload) from the code the handler returned.
+func Overload(code Code) bool {
+	return code == ResourceExhausted || code == Unavailable || code == DeadlineExceeded
+}
+
 // PushbackHeader is the trailer in which gRPC servers tell a client's retry
 // policy how long to wait before its next attempt, in milliseconds
 // (gRPC's A6 retry design); grpc-go obeys it.

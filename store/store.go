@@ -149,6 +149,20 @@ type Store interface {
 	// still since, it returns it with no list.
 	Overrides(ctx context.Context, since uint64) (version uint64, list []Override, err error)
 
+	// ReportTotal (Totals) keeps report as node's report for period of the
+	// adaptive total id, replacing the node's earlier report of the same
+	// period, for ttl; and returns id's total as stored (a zero Total when
+	// none is) with every report of period − 1, in the order of their
+	// nodes. Reports and states are opaque to the store. One round trip.
+	ReportTotal(ctx context.Context, id PoolID, node NodeID, period int64, report []byte, ttl time.Duration) (Total, [][]byte, error)
+
+	// SetTotal (Totals) replaces id's total with t, kept for ttl, if the
+	// total stored is still at version prev (0: none is stored), and
+	// returns the total stored after the call and whether it is t. So of
+	// all the processes that decide a version, one wins, and the others
+	// read what it decided. One round trip.
+	SetTotal(ctx context.Context, id PoolID, prev int64, t Total, ttl time.Duration) (Total, bool, error)
+
 	// Partition (Partitions) names the part of the store that holds pool,
 	// which can fail alone (a Redis Cluster's slot range). The name stays
 	// the same when the node behind it fails over. A store of one part
@@ -221,12 +235,21 @@ const (
 	// Limiter gives them no deadline. Implemented by memstore and
 	// nullstore.
 	InProcess
+	// Fences: Demand.Fence, a fencing token with each grant (Grant.Token).
+	// A token is above every token granted before it in the same pool,
+	// and a grant's token is never 0. Implemented by memstore, pgstore and
+	// redisstore.
+	Fences
+	// Totals: ReportTotal and SetTotal, the one value of an adaptive
+	// total that every process agrees on, and the reports it is decided
+	// from. Implemented by memstore, pgstore and redisstore.
+	Totals
 
 	lastFeature
 )
 
 var featureNames = []string{"lines", "notifications", "shares", "pinned", "async release", "members",
-	"marks", "pauses", "paces", "inspection", "overrides", "partitions", "in process"}
+	"marks", "pauses", "paces", "inspection", "overrides", "partitions", "in process", "fences", "totals"}
 
 // AllFeatures is every feature this version of the contract knows.
 const AllFeatures = lastFeature - 1
@@ -375,6 +398,16 @@ func (Unsupported) DeleteOverride(context.Context, PoolID) error { return unsupp
 // Overrides returns a *NotSupportedError.
 func (Unsupported) Overrides(context.Context, uint64) (uint64, []Override, error) {
 	return 0, nil, unsupported(Overrides)
+}
+
+// ReportTotal returns a *NotSupportedError.
+func (Unsupported) ReportTotal(context.Context, PoolID, NodeID, int64, []byte, time.Duration) (Total, [][]byte, error) {
+	return Total{}, nil, unsupported(Totals)
+}
+
+// SetTotal returns a *NotSupportedError.
+func (Unsupported) SetTotal(context.Context, PoolID, int64, Total, time.Duration) (Total, bool, error) {
+	return Total{}, false, unsupported(Totals)
 }
 
 // Partition answers "": the store is one part.

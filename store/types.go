@@ -70,6 +70,15 @@ type Demand struct {
 	// charged (see Shares). 0: the store's own count, from the grant to
 	// the release, which also counts a handoff's and the release's delays.
 	Held time.Duration
+
+	// Fence, on Acquire (Fences), asks for a fencing token with the grant
+	// (Grant.Token): a number above every token granted before it in the
+	// pool — a new grant, a lease extended and granted again, and a slot
+	// handed to a ticket and claimed alike — that a system the holder
+	// writes to can compare, to refuse a holder whose lease was lost
+	// after a newer holder wrote. Tokens are per pool (per key's pool of
+	// a parent, too); a renewal keeps the lease's token.
+	Fence bool
 }
 
 // Shared is the weight and the parent of a Demand.
@@ -113,8 +122,9 @@ const MaxTTL = 10 * 365 * 24 * time.Hour
 
 // Grant is what Acquire answers.
 type Grant struct {
-	Granted bool // the owner holds the lease
-	Ahead   int  // refused with a ticket: how many tickets wait before the owner's (0: next)
+	Granted bool   // the owner holds the lease
+	Ahead   int    // refused with a ticket: how many tickets wait before the owner's (0: next)
+	Token   uint64 // granted with Demand.Fence (Fences): the grant's fencing token
 }
 
 // Ticket is a place in a pool's wait line (Lines).
@@ -181,4 +191,11 @@ type Override struct {
 	// TTL ends the override by itself after this long; 0 never. Read back,
 	// it is the time left.
 	TTL time.Duration
+}
+
+// Total is the stored value of an adaptive total (Totals): its version, the
+// period whose reports decided it, and its state, opaque to the store.
+type Total struct {
+	Version int64 // 0: none decided
+	State   []byte
 }

@@ -38,6 +38,7 @@ func testFeatures(t *testing.T, open func() keycap.Store) {
 		{store.Lines, store.Demand{Max: 1, TTL: time.Minute, Line: store.Ticket{TTL: time.Minute, Claim: time.Second}}},
 		{store.Pinned, store.Demand{Max: 1, TTL: time.Minute, Pinned: true}},
 		{store.Shares, store.Demand{Max: 2, TTL: time.Minute, Shared: &store.Shared{Weight: 2}}},
+		{store.Fences, store.Demand{Max: 1, TTL: time.Minute, Fence: true}},
 	}
 	for _, c := range demands {
 		if has.Has(c.need) {
@@ -96,5 +97,11 @@ func testFeatures(t *testing.T, open func() keycap.Store) {
 		unsupported("DeleteOverride", s.DeleteOverride(ctx(t), o.Pool))
 		_, _, err := s.Overrides(ctx(t), 0)
 		unsupported("Overrides", err)
+	}
+	if !has.Has(store.Totals) {
+		_, _, err := s.ReportTotal(ctx(t), p, store.NodeOf("storetest"), 1, []byte{1}, time.Minute)
+		unsupported("ReportTotal", err)
+		_, _, err = s.SetTotal(ctx(t), p, 0, store.Total{Version: 1, State: []byte{1}}, time.Minute)
+		unsupported("SetTotal", err)
 	}
 }

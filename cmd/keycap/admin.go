@@ -265,6 +265,18 @@ func inspect(args []string) error {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", ap.App, ap.Cap, ap.Users, ap.Connections)
 		}
 	}
+	if len(s.Totals) > 0 {
+		fmt.Fprintln(tw, "\nADAPTIVE TOTAL\tTOTAL\tFLOOR-CEILING\tWHY\tLATENCY\tNO-LOAD\tIN FLIGHT\tDONE\tOVERLOADS")
+		for _, t := range s.Totals {
+			name := t.Parent
+			if t.Shadow {
+				name += " (shadow)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%s\t%s\t%s\t%.1f\t%d\t%d\n", name, t.Total, t.Floor, t.Ceiling, t.Reason,
+				time.Duration(t.Latency*float64(time.Second)).Round(time.Microsecond), time.Duration(t.Baseline*float64(time.Second)).Round(time.Microsecond),
+				t.InFlight, t.Completed, t.Overloads)
+		}
+	}
 	if len(s.Pauses) > 0 {
 		fmt.Fprintln(tw, "\nPAUSE\tKIND\tLEFT")
 		for _, p := range s.Pauses {

@@ -17,15 +17,29 @@ import (
 // RedisProcess is a redis-server of a test's own, on a loopback port, that
 // the test can kill and start again to cause an outage.
 type RedisProcess struct {
-	t    testing.TB
-	Addr string
-	dir  string
-	cmd  *exec.Cmd
+	t       testing.TB
+	Addr    string
+	dir     string
+	cmd     *exec.Cmd
+	persist bool // an append-only file, fsynced before each reply
 }
 
 // StartRedis starts a redis-server for t on a free loopback port and stops it
 // when t ends. It needs the redis-server binary (scripts/test installs it).
 func StartRedis(t testing.TB) *RedisProcess {
+	t.Helper()
+	return startRedis(t, false)
+}
+
+// StartRedisPersistent is StartRedis with persistence: an append-only file
+// fsynced before each reply (appendfsync always), so that a write Redis
+// answered survives a kill.
+func StartRedisPersistent(t testing.TB) *RedisProcess {
+	t.Helper()
+	return startRedis(t, true)
+}
+
+func startRedis(t testing.TB, persist bool) *RedisProcess {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Missing(t, "redis-server binary: %v", err)
@@ -36,7 +50,7 @@ func StartRedis(t testing.TB) *RedisProcess {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	p := &RedisProcess{t: t, Addr: addr, dir: t.TempDir()}
+	p := &RedisProcess{t: t, Addr: addr, dir: t.TempDir(), persist: persist}
 	p.Start()
 	t.Cleanup(p.Kill)
 	return p
@@ -46,9 +60,12 @@ func StartRedis(t testing.TB) *RedisProcess {
 func (p *RedisProcess) Start() {
 	p.t.Helper()
 	_, port, _ := net.SplitHostPort(p.Addr)
-	p.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port,
-		"--save", "", "--appendonly", "no", "--dir", p.dir,
-		"--logfile", filepath.Join(p.dir, "redis.log"))
+	aof := []string{"--appendonly", "no"}
+	if p.persist {
+		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	p.cmd = exec.Command("redis-server", append(append([]string{"--bind", "127.0.0.1", "--port", port,
+		"--save", ""}, aof...), "--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log"))...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("starting redis-server: %v", err)

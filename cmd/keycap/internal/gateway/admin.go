@@ -141,6 +141,7 @@ type Summary struct {
 	Limits    []LimitSummary `json:"limits"`
 	Apps      []AppSummary   `json:"apps,omitempty"`
 	Pauses    []PauseSummary `json:"pauses"`
+	Totals    []TotalSummary `json:"totals,omitempty"` // the adaptive parents
 	Overrides []OverrideView `json:"overrides"`
 	Problems  []string       `json:"problems,omitempty"` // what could not be read (the store failing, say)
 }
@@ -210,6 +211,43 @@ type OverrideView struct {
 // through every limit's pools (on Redis, a SCAN of their keys).
 const SummaryEvery = time.Second
 
+// TotalSummary is where an adaptive parent's total stands, as this gateway
+// follows it (keycap.Tuning).
+type TotalSummary struct {
+	Parent    string  `json:"parent"` // as named in the file
+	Total     int     `json:"total"`
+	Floor     int     `json:"floor"`
+	Ceiling   int     `json:"ceiling"`
+	Shadow    bool    `json:"shadow"`
+	Reason    string  `json:"reason"`            // why it is what it is; "unused" before any request here
+	Latency   float64 `json:"latency_seconds"`   // mean latency of the last interval, on every gateway
+	Baseline  float64 `json:"baseline_seconds"`  // the no-load latency it compares with
+	InFlight  float64 `json:"in_flight"`         // average slots held over the last interval
+	Completed int64   `json:"completed"`         // in the last interval
+	Overloads int64   `json:"overloads"`         // in the last interval
+	Version   int64   `json:"version,omitempty"` // the interval that decided it
+}
+
+// totals summarises rt's adaptive parents.
+func totals(rt *router) []TotalSummary {
+	var out []TotalSummary
+	for _, pc := range rt.cfg.Parents {
+		p := rt.parents[pc.Name]
+		a, ok := p.Adaptive()
+		if !ok {
+			continue
+		}
+		ts := TotalSummary{Parent: pc.Name, Total: p.Max(), Floor: a.Floor, Ceiling: a.Ceiling, Shadow: a.Shadow, Reason: "unused"}
+		if tu, ok := rt.backend.limiter.Tuning(p); ok {
+			ts.Total, ts.Reason, ts.Version = tu.Total, tu.Reason, tu.Version
+			ts.Latency, ts.Baseline, ts.InFlight = tu.Mean.Seconds(), tu.Baseline.Seconds(), tu.InFlight
+			ts.Completed, ts.Overloads = tu.Completed, tu.Overloads
+		}
+		out = append(out, ts)
+	}
+	return out
+}
+
 // summaryCache holds the last summary. Its lock is held while one is
 // computed, so that viewers arriving meanwhile wait for it and share it.
 type summaryCache struct {
@@ -247,7 +285,7 @@ func (s *Server) summary(ctx context.Context) Summary {
 	cfg := rt.cfg
 	lim := rt.backend.limiter
 	show := !cfg.AdminAPI.HashKeys
-	sum := Summary{Node: frontdoor.Node(lim), At: time.Now().UTC()}
+	sum := Summary{Node: frontdoor.Node(lim), At: time.Now().UTC(), Totals: totals(rt)}
 	problem := func(what string, err error) {
 		sum.Problems = append(sum.Problems, what+": "+err.Error())
 	}

@@ -79,10 +79,53 @@ const MinAdminToken = 16
 // ParentConfig is a total shared by the keys of the limits that name it
 // (keycap.Parent).
 type ParentConfig struct {
-	Name   string    `yaml:"name"`
-	Max    *int      `yaml:"max"`
-	Keep   *Duration `yaml:"keep"`   // default keycap.DefaultKeep
-	Parent string    `yaml:"parent"` // refused: parents have no parent
+	Name     string          `yaml:"name"`
+	Max      *int            `yaml:"max"`
+	Keep     *Duration       `yaml:"keep"`     // default keycap.DefaultKeep
+	Parent   string          `yaml:"parent"`   // refused: parents have no parent
+	Adaptive *AdaptiveConfig `yaml:"adaptive"` // the total follows the upstream (keycap.Adaptive); max is where it starts
+}
+
+// AdaptiveConfig makes a parent's total adaptive (keycap.Adaptive): it
+// moves between floor and ceiling from the latency of the upstream's
+// answers and its overload answers (429, 503, 504, 529, timeouts).
+type AdaptiveConfig struct {
+	Floor     *int      `yaml:"floor"`
+	Ceiling   *int      `yaml:"ceiling"`
+	Interval  *Duration `yaml:"interval"`  // default keycap.DefaultInterval
+	Tolerance *float64  `yaml:"tolerance"` // default keycap.DefaultTolerance
+	Shadow    bool      `yaml:"shadow"`    // computed and reported, never enforced
+}
+
+// adaptive returns the keycap.Adaptive of a, with keycap's defaults for
+// what a leaves out.
+func (a *AdaptiveConfig) adaptive() keycap.Adaptive {
+	out := keycap.Adaptive{Shadow: a.Shadow}
+	if a.Floor != nil {
+		out.Floor = *a.Floor
+	}
+	if a.Ceiling != nil {
+		out.Ceiling = *a.Ceiling
+	}
+	if a.Interval != nil {
+		out.Interval = time.Duration(*a.Interval)
+	}
+	if a.Tolerance != nil {
+		out.Tolerance = *a.Tolerance
+	}
+	return out
+}
+
+// parentOptions returns the keycap options of pc.
+func (pc ParentConfig) parentOptions() []keycap.ParentOption {
+	var opts []keycap.ParentOption
+	if pc.Keep != nil {
+		opts = append(opts, keycap.WithKeep(time.Duration(*pc.Keep)))
+	}
+	if pc.Adaptive != nil {
+		opts = append(opts, keycap.WithAdaptive(pc.Adaptive.adaptive()))
+	}
+	return opts
 }
 
 // MaxShare bounds a key's share, from the table or from a claim.
@@ -195,6 +238,7 @@ type LimitConfig struct {
 	FailMode   keycap.FailMode `yaml:"fail_mode"`
 	Budget     Duration        `yaml:"budget"` // default the store's
 	Shadow     bool            `yaml:"shadow"` // decides and reports, never refuses (a candidate cap)
+	Fence      bool            `yaml:"fence"`  // each grant's fencing token goes upstream in Keycap-Fence
 
 	// Weights and fair shares (keycap.Parent).
 	Weight  int            `yaml:"weight"`   // slots each request takes; default 1
@@ -617,6 +661,11 @@ func (v *validator) validate(c *Config) {
 		}
 	}
 	parents := v.parents(c.Parents)
+	for i, pc := range c.Parents {
+		if pc.Adaptive != nil && c.Store.Type == "none" {
+			v.errf(p("parents", i, "adaptive"), "needs a store that keeps adaptive totals (memory, redis, sentinel, cluster): type none keeps nothing")
+		}
+	}
 	pools := map[string]int{}
 	mux := http.NewServeMux()
 	for i, r := range c.Routes {
@@ -686,14 +735,14 @@ func (v *validator) store(s *StoreConfig) {
 }
 
 // parents checks the parents and returns their max by name.
-func (v *validator) parents(ps []ParentConfig) map[string]int {
-	out := map[string]int{}
+func (v *validator) parents(ps []ParentConfig) map[string]*keycap.Parent {
+	out := map[string]*keycap.Parent{}
 	for i, pc := range ps {
 		pp := func(f string) []any { return p("parents", i, f) }
 		switch {
 		case pc.Name == "":
 			v.errf(pp("name"), "required: the name limits give as parent:")
-		case out[pc.Name] != 0:
+		case out[pc.Name] != nil:
 			v.errf(pp("name"), "two parents named %q", pc.Name)
 		}
 		switch {
@@ -708,8 +757,31 @@ func (v *validator) parents(ps []ParentConfig) map[string]int {
 		if pc.Parent != "" {
 			v.errf(pp("parent"), "a parent has no parent: totals are one level, so no chain or cycle of parents can form")
 		}
+		if a := pc.Adaptive; a != nil {
+			ap := func(f string) []any { return p("parents", i, "adaptive", f) }
+			switch {
+			case a.Floor == nil:
+				v.errf(ap("floor"), "required: the fewest slots the total may go down to")
+			case a.Ceiling == nil:
+				v.errf(ap("ceiling"), "required: the most slots the total may go up to")
+			case a.Interval != nil && *a.Interval <= 0:
+				v.errf(ap("interval"), "must be positive (at least 10ms), not %s", time.Duration(*a.Interval))
+			case pc.Max != nil && *pc.Max >= 1:
+				if _, err := keycap.NewParent(pc.Name, *pc.Max, pc.parentOptions()...); err != nil {
+					var inv *keycap.InvalidLimitError
+					if errors.As(err, &inv) {
+						field, _ := strings.CutPrefix(inv.Field, "parent adaptive ")
+						v.errf(ap(field), "%s, not %s", inv.Reason, inv.Value)
+					}
+				}
+			}
+		}
 		if pc.Name != "" && pc.Max != nil && *pc.Max >= 1 {
-			out[pc.Name] = *pc.Max
+			parent, err := keycap.NewParent(pc.Name, *pc.Max, pc.parentOptions()...) // named as in the file
+			if err != nil {                                                          // reported above; the limits are checked against the fixed total
+				parent, _ = keycap.NewParent(pc.Name, *pc.Max)
+			}
+			out[pc.Name] = parent
 		}
 	}
 	return out
@@ -718,14 +790,15 @@ func (v *validator) parents(ps []ParentConfig) map[string]int {
 // specFields names, for each field of keycap.Spec, the field of a limit
 // that sets it.
 var specFields = map[string]string{"Name": "name", "Max": "max", "TTL": "ttl", "Wait": "wait", "Budget": "budget",
-	"FailMode": "fail_mode", "Weight": "weight", "Parent": "parent", "Share": "share", "Minimum": "min"}
+	"FailMode": "fail_mode", "Weight": "weight", "Parent": "parent", "Share": "share", "Minimum": "min",
+	"Shadow": "shadow", "Fence": "fence"}
 
 // spec checks the keycap.Spec a limit makes (LimitConfig.spec) as keycap
 // checks every spec, and names the limit's field that is wrong.
-func (v *validator) spec(lp func(string) []any, l LimitConfig, pool string, parents map[string]int) {
+func (v *validator) spec(lp func(string) []any, l LimitConfig, pool string, parents map[string]*keycap.Parent) {
 	var parent *keycap.Parent
-	if max, ok := parents[l.Parent]; ok && l.Parent != "" {
-		parent, _ = keycap.NewParent(l.Parent, max) // named as in the file
+	if l.Parent != "" {
+		parent = parents[l.Parent]
 	}
 	sp := l.spec(parent)
 	sp.Name = pool
@@ -754,7 +827,7 @@ func (v *validator) spec(lp func(string) []any, l LimitConfig, pool string, pare
 // the route's pool, set by httplimit.
 func (l LimitConfig) spec(parent *keycap.Parent) keycap.Spec {
 	s := keycap.Spec{Wait: time.Duration(l.Wait), Budget: time.Duration(l.Budget), FailMode: l.FailMode,
-		Weight: l.Weight, Parent: parent, Share: l.Share, Minimum: l.Min, Shadow: l.Shadow}
+		Weight: l.Weight, Parent: parent, Share: l.Share, Minimum: l.Min, Shadow: l.Shadow, Fence: l.Fence}
 	if l.Max != nil {
 		s.Max = *l.Max
 	}
@@ -766,7 +839,7 @@ func (l LimitConfig) spec(parent *keycap.Parent) keycap.Spec {
 
 // sharing checks what a limit's shares add to its spec: the parent it
 // names, and the shares read from the request.
-func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, parents map[string]int) {
+func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, parents map[string]*keycap.Parent) {
 	if l.Parent == "" {
 		for _, f := range []struct {
 			name string
@@ -809,7 +882,7 @@ func (v *validator) sharing(lp func(string) []any, l LimitConfig, c *Config, par
 	}
 }
 
-func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int, mux *http.ServeMux, parents map[string]int) {
+func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int, mux *http.ServeMux, parents map[string]*keycap.Parent) {
 	rp := func(f ...any) []any { return append(p("routes", i), f...) }
 	if r.Name == "" {
 		v.errf(rp("name"), "required")
@@ -875,6 +948,9 @@ func (v *validator) route(i int, r RouteConfig, c *Config, pools map[string]int,
 		}
 		if l.RetryAfter != nil && *l.RetryAfter < 0 {
 			v.errf(lp("retry_after"), "must be at least 0 (0 sends no Retry-After)")
+		}
+		if l.Fence && c.Store.Type == "none" {
+			v.errf(lp("fence"), "needs a store that gives fencing tokens (memory, redis, sentinel, cluster): type none keeps nothing")
 		}
 		v.sharing(lp, l, c, parents)
 		if l.Parent != "" {

@@ -98,6 +98,32 @@ routes:
 			"line 4, column 44: routes[0].upstream_protocol: invalid protocol \"grpc\"",
 		}},
 		{"store type", "upstream: http://x\nstore: {type: etcd}\n", []string{"line 2, column 15: store.type: invalid store \"etcd\""}},
+		{"fence", "upstream: http://x\nstore: {type: none}\nroutes:\n  - {name: a, path: /a, limits: [{max: 1, fence: true}, {max: 1, key: \"header:X\", fence: true, shadow: true}]}\n", []string{
+			"routes[0].limits[0].fence: needs a store that gives fencing tokens",
+			"routes[0].limits[1].fence: a shadow limit never guards anything",
+		}},
+		{"adaptive", `upstream: http://x
+store: {type: none}
+parents:
+  - {name: a, max: 10, adaptive: {ceiling: 20}}
+  - {name: b, max: 10, adaptive: {floor: 5, ceiling: 4}}
+  - {name: c, max: 10, adaptive: {floor: 1, ceiling: 20, interval: 0s}}
+  - {name: d, max: 30, adaptive: {floor: 1, ceiling: 20, tolerance: 0.5}}
+  - {name: e, max: 10, adaptive: {floor: 1, ceiling: 40}}
+routes:
+  - name: r
+    path: /r
+    limits:
+      - {max: 40, key: "header:X", parent: e}
+      - {max: 41, key: "header:Y", parent: a}
+`, []string{
+			"line 4, column 34: parents[0].adaptive.floor: required",
+			"line 5, column 54: parents[1].adaptive.ceiling: must be at least the floor (5), not 4",
+			"line 6, column 68: parents[2].adaptive.interval: must be positive (at least 10ms), not 0s",
+			"line 7, column 42: parents[3].adaptive.floor: the parent's max (30), where the total starts, must be between the floor and the ceiling (20), not 1",
+			"line 4, column 34: parents[0].adaptive: needs a store that keeps adaptive totals",
+			"line 14, column 15: routes[0].limits[1].max: must be at most its parent \"a\"'s max (10), not 41",
+		}},
 		{"client ip", "upstream: http://x\nclient_ip:\n  trusted_proxies: [10.0.0.0/33]\n  header: X-Real-IP\n", []string{"line 3, column 21: client_ip.trusted_proxies[0]", "line 4, column 11: client_ip.header"}},
 		{"listen and admin", "upstream: http://x\nlisten: [\"127.0.0.1:8080\", \"localhost\"]\nadmin: \":99999\"\n", []string{"line 2, column 28: listen[1]: invalid address \"localhost\"", "line 3, column 8: admin: invalid port \"99999\""}},
 		{"server", "upstream: http://x\nserver: {max_body: 10 parsecs, max_connections: -1, idle_timeout: forever}\n", []string{"server.max_body: invalid size", "server.max_connections: must be at least 0", "server.idle_timeout: invalid duration"}},

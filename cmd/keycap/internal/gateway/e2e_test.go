@@ -710,3 +710,33 @@ func TestH2C(t *testing.T) {
 		t.Fatalf("%s %d %q, want HTTP/2 and the upstream's answer", resp.Proto, resp.StatusCode, body)
 	}
 }
+
+// TestFenceGoesUpstream: a limit with fence: true sends each grant's
+// fencing token upstream in Keycap-Fence, growing request after request;
+// a client's own Keycap-Fence never reaches the upstream.
+func TestFenceGoesUpstream(t *testing.T) {
+	t.Parallel()
+	seen := make(chan []string, 3)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Values("Keycap-Fence") }))
+	defer up.Close()
+	g := startGateway(t, fmt.Sprintf(`upstream: %s
+routes:
+  - name: ledger
+    path: /
+    limits:
+      - {max: 1, key: "header:X-Account", fence: true}
+`, up.URL))
+	var last uint64
+	for i := range 3 {
+		if code, _, body := get(t, g.proxy+"/", "X-Account", "7", "Keycap-Fence", "ledger=99999999999999999"); code != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+		v := testkit.Recv(t, seen, 5*time.Second, "the upstream's request")
+		name, tok, ok := strings.Cut(strings.Join(v, ","), "=")
+		n, err := strconv.ParseUint(tok, 10, 64)
+		if len(v) != 1 || !ok || name != "ledger" || err != nil || n <= last || n == 99999999999999999 {
+			t.Fatalf("request %d: Keycap-Fence %q upstream, want one token of ledger above %d", i, v, last)
+		}
+		last = n
+	}
+}

@@ -112,19 +112,23 @@ func TestPerAddressBoundIsFair(t *testing.T) {
 			canUse(t, tc.ip)
 			_, ll, _, _ := fairGateway(t)
 			addr := ll.Addr().String()
+			// One at a time, each counted unused before the next is
+			// dialled: the server marks a connection idle after the client
+			// has read its response, so without the wait a later
+			// connection could become idle first and be the one to go.
 			var held []net.Conn
-			for range 8 {
+			for i := range 8 {
 				c, err := tc.hold(addr, tc.ip)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer c.Close()
 				held = append(held, c)
+				waitFor(t, fmt.Sprintf("the attacker's connection %d to be counted, unused", i+1), func() bool {
+					n, unused := ll.unused(tc.ip)
+					return n == i+1 && unused == i+1
+				})
 			}
-			waitFor(t, "the attacker's 8 connections to be counted, unused", func() bool {
-				n, unused := ll.unused(tc.ip)
-				return n == 8 && unused == 8
-			})
 			victim := clientFrom(tc.ip)
 			for i := range 20 {
 				resp, err := victim.Get("http://" + addr + "/victim")

@@ -122,7 +122,8 @@ type router struct {
 	handlers map[string]http.Handler // ...and this its handler
 	catchAll http.Handler            // nil when a route takes "/"
 	gate     *pushercap.Gate
-	ws       *wsProxy // nil without a pusher section
+	ws       *wsProxy                  // nil without a pusher section
+	parents  map[string]*keycap.Parent // by the name in the file
 }
 
 // build makes a router from cfg, reusing old's backend when the store (and
@@ -292,12 +293,9 @@ func (rt *router) routes(g *Gateway) (err error) {
 	}
 	rt.handlers = map[string]http.Handler{}
 	parents := map[string]*keycap.Parent{}
+	rt.parents = parents
 	for _, pc := range cfg.Parents {
-		var opts []keycap.ParentOption
-		if pc.Keep != nil {
-			opts = append(opts, keycap.WithKeep(time.Duration(*pc.Keep)))
-		}
-		if parents[pc.Name], err = keycap.NewParent("gateway:"+pc.Name, *pc.Max, opts...); err != nil {
+		if parents[pc.Name], err = keycap.NewParent("gateway:"+pc.Name, *pc.Max, pc.parentOptions()...); err != nil {
 			return err
 		}
 	}

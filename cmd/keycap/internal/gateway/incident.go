@@ -608,6 +608,15 @@ var incidentTemplate = template.Must(template.New("page").Funcs(pageFuncs).Parse
 </table>
 {{end}}
 
+{{if .S.Totals}}
+<h2>Adaptive totals</h2>
+<table data-table="totals">
+<tr><th>parent</th><th>total</th><th>floor – ceiling</th><th>why</th><th>latency</th><th>no-load</th><th>in flight</th><th>done / overloads</th></tr>
+{{range .S.Totals}}<tr data-total="{{.Parent}}"><td>{{.Parent}}{{if .Shadow}} (shadow){{end}}</td><td class="n" data-field="total">{{.Total}}</td><td class="n">{{.Floor}} – {{.Ceiling}}</td><td data-field="reason">{{.Reason}}</td><td class="n">{{secs .Latency}}</td><td class="n">{{secs .Baseline}}</td><td class="n">{{printf "%.1f" .InFlight}}</td><td class="n">{{.Completed}} / {{.Overloads}}</td></tr>
+{{end}}
+</table>
+{{end}}
+
 <h2>Paused APIs</h2>
 <table data-table="pauses">
 <tr><th>API (hash)</th><th>kind</th><th>time left</th></tr>

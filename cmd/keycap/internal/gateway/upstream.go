@@ -11,13 +11,20 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
 )
+
+// FenceHeader carries, upstream, the fencing token of each slot of a limit
+// with fence: true, as "route=token" (one value per limit); a client's own
+// is dropped.
+const FenceHeader = "Keycap-Fence"
 
 // Why the gateway cut a request to the upstream short.
 var (
@@ -191,6 +198,12 @@ func (g *Gateway) newRouteProxy(route, target, protocol string, s upstreamSettin
 			pr.SetURL(u)
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			// The slots' fencing tokens (limits with fence: true), never a
+			// client's.
+			pr.Out.Header.Del(FenceHeader)
+			for _, f := range keycap.FencesFrom(pr.In.Context()) {
+				pr.Out.Header.Add(FenceHeader, f.Limit.Name()+"="+strconv.FormatUint(f.Token, 10))
+			}
 			if xff := cip.ForwardedFor(pr.In); xff != "" {
 				pr.Out.Header.Set("X-Forwarded-For", xff)
 			}
@@ -281,6 +294,9 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // stream or an upgraded connection never finishes on its own, so it ends
 // when the client leaves.
 func (p *routeProxy) modifyResponse(resp *http.Response) error {
+	if overloadStatus(resp.StatusCode) {
+		keycap.ReportOverload(resp.Request.Context()) // to the route's adaptive parents
+	}
 	if gr, ok := resp.Request.Context().Value(grpcResponseKey{}).(*grpcResponse); ok && grpcTrailersOnly(resp) {
 		gr.trailersOnly = true
 	}
@@ -326,9 +342,11 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return // the client left: nobody to answer
 	case errors.Is(cause, errGRPCDeadline):
 		q.set(outcomeUpstreamTimeout)
+		keycap.ReportOverload(r.Context())
 		writeError(w, r, http.StatusGatewayTimeout, "Gateway Timeout: the call's deadline passed")
 	case errors.Is(cause, errTotalTimeout) || errors.Is(err, errResponseHeaderTimeout) || isTimeout(err):
 		q.set(outcomeUpstreamTimeout)
+		keycap.ReportOverload(r.Context())
 		if cause != nil && errors.Is(cause, errTotalTimeout) {
 			err = cause
 		}
@@ -348,6 +366,13 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"method", r.Method, "path", r.URL.Path, "error", err.Error())
 		writeError(w, r, http.StatusBadGateway, "Bad Gateway")
 	}
+}
+
+// overloadStatus reports whether an upstream's status says it cannot take
+// more: an overload signal for an adaptive parent.
+func overloadStatus(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable ||
+		code == http.StatusGatewayTimeout || code == 529
 }
 
 func isTimeout(err error) bool {

@@ -1,0 +1,101 @@
+package safety
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Violation is a history the model cannot explain: the failing group's
+// operations around the point where no order of them explains what the
+// clients saw, and porcupine's visualisation of the whole history.
+type Violation struct {
+	Seed   int64
+	Stuck  porcupine.Operation   // the earliest operation that no linearization reaches
+	Around []porcupine.Operation // the failing group's operations overlapping the TTL before it, and it
+	Visual string                // an HTML file of porcupine's visualisation ("" if none was written)
+}
+
+func (v *Violation) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: a history the model cannot explain at %q (visualisation: %s); the group's operations around it:\n",
+		v.Seed, describe(v.Stuck.Input, v.Stuck.Output), v.Visual)
+	for _, op := range v.Around {
+		in := op.Input.(Op)
+		ret := "…"
+		if in.Return != Never {
+			ret = ms(time.Duration(op.Return))
+		}
+		mark := " "
+		if op == v.Stuck {
+			mark = ">"
+		}
+		fmt.Fprintf(&b, " %s client %d [%s, %s] %s\n", mark, op.ClientId, ms(time.Duration(op.Call)), ret, describe(op.Input, op.Output))
+	}
+	return b.String()
+}
+
+// Check checks history against the model. On a violation it returns a
+// *Violation, with the visualisation written in dir when dir is set.
+// Removing operations from a failing history to shrink it could make a
+// failure of its own (a release taken out), so the violation shows the
+// operations around the point where every order of them fails instead.
+func Check(seed int64, history []porcupine.Operation, b Bounds, dir string, timeout time.Duration) error {
+	model := Model(b)
+	res, info := porcupine.CheckOperationsVerbose(model, history, timeout)
+	switch res {
+	case porcupine.Ok:
+		return nil
+	case porcupine.Unknown:
+		return fmt.Errorf("seed %d: the checker timed out after %s on %d operations", seed, timeout, len(history))
+	}
+	v := &Violation{Seed: seed}
+	if dir != "" {
+		v.Visual = filepath.Join(dir, fmt.Sprintf("keycap-safety-%d.html", seed))
+		if err := porcupine.VisualizePath(model, info, v.Visual); err != nil {
+			v.Visual = "not written: " + err.Error()
+		}
+	}
+	parts, lins := partition(history), info.PartialLinearizationsOperations()
+	for i, part := range parts {
+		if i >= len(lins) || porcupine.CheckOperations(model, part) {
+			continue
+		}
+		var longest []porcupine.Operation
+		for _, l := range lins[i] {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		reached := map[porcupine.Operation]bool{}
+		for _, op := range longest {
+			reached[op] = true
+		}
+		stuck := -1
+		for j, op := range part {
+			if !reached[op] && (stuck < 0 || op.Call < part[stuck].Call) {
+				stuck = j
+			}
+		}
+		if stuck < 0 {
+			continue
+		}
+		v.Stuck = part[stuck]
+		from, to := v.Stuck.Call-int64(b.TTL+b.Late), v.Stuck.Return
+		if v.Stuck.Input.(Op).Return == Never {
+			to = v.Stuck.Call + int64(b.TTL)
+		}
+		for _, op := range part {
+			if op.Return >= from && op.Call <= to {
+				v.Around = append(v.Around, op)
+			}
+		}
+		slices.SortFunc(v.Around, func(x, y porcupine.Operation) int { return int(x.Call - y.Call) })
+		break
+	}
+	return v
+}

@@ -1,0 +1,257 @@
+package safety
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
+)
+
+// Config is one run of the workload.
+type Config struct {
+	Seed     int64
+	Name     string        // unique per run: the pools' names start with it, so runs share no keys
+	Clients  int           // each with a store client of its own; default 4
+	Duration time.Duration // default 2 s
+	TTL      time.Duration // of every lease; default 300 ms
+	Timeout  time.Duration // of every call: past it, the outcome is unknown; default 1 s
+}
+
+func (c *Config) defaults() {
+	if c.Clients == 0 {
+		c.Clients = 4
+	}
+	if c.Duration == 0 {
+		c.Duration = 2 * time.Second
+	}
+	if c.TTL == 0 {
+		c.TTL = 300 * time.Millisecond
+	}
+	if c.Timeout == 0 {
+		c.Timeout = time.Second
+	}
+}
+
+// group is a partition of the workload: a plain pool (no parent), or a
+// parent and its keys' pools.
+type group struct {
+	parent store.PoolID // zero: none
+	total  int
+	keys   []store.PoolID
+	max    []int
+}
+
+// groups are the workload's: a lock (max 1), a pool of 3 with weights, a
+// parent of 3 shared by three keys of max 2, a parent of 2 shared by two.
+func groups(name string) []group {
+	pool := func(g, k int) store.PoolID {
+		return store.PoolOf(byte(keycap.FamilyApp), name, fmt.Sprintf("g%d/k%d", g, k))
+	}
+	parent := func(g, total int) store.PoolID {
+		return keycap.MustParent(fmt.Sprintf("%s/g%d", name, g), total).Pool()
+	}
+	return []group{
+		{keys: []store.PoolID{pool(0, 0)}, max: []int{1}},
+		{keys: []store.PoolID{pool(1, 0)}, max: []int{3}},
+		{parent: parent(2, 3), total: 3, keys: []store.PoolID{pool(2, 0), pool(2, 1), pool(2, 2)}, max: []int{2, 2, 2}},
+		{parent: parent(3, 2), total: 2, keys: []store.PoolID{pool(3, 0), pool(3, 1)}, max: []int{2, 2}},
+	}
+}
+
+// held is what an owner of the workload holds.
+type held struct {
+	op Op // the acquire that granted it
+}
+
+// Faults is what a fault injector running beside a workload may record.
+type Faults struct {
+	clock  func() time.Duration
+	record func(int, Op, Result)
+}
+
+// Now reads the run's clock.
+func (f *Faults) Now() time.Duration { return f.clock() }
+
+// Crashed records that the store lost every lease at some point between
+// since (a Now read before the fault began) and now.
+func (f *Faults) Crashed(since time.Duration) {
+	f.record(-1, Op{Kind: Crash, Group: -1, Call: since, Return: f.clock()}, Result{})
+}
+
+// Run drives cfg's workload through the stores that open returns, one per
+// client, and returns the history it recorded. faults, if set, runs on the
+// caller's goroutine (so it may fail a test) while the clients run, and
+// must return once its ctx ends.
+func Run(ctx context.Context, cfg Config, open func() store.Store, faults func(ctx context.Context, f *Faults)) []porcupine.Operation {
+	cfg.defaults()
+	gs := groups(cfg.Name)
+	start := time.Now()
+	clock := func() time.Duration { return time.Since(start) }
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		wg      sync.WaitGroup
+	)
+	record := func(client int, op Op, res Result) {
+		ret := int64(op.Return)
+		if res.Unknown {
+			op.Return, ret = Never, int64(Never)
+		}
+		id := client
+		if id < 0 {
+			id = cfg.Clients // the fault injector's row
+		}
+		mu.Lock()
+		history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: int64(op.Call), Output: res, Return: ret})
+		mu.Unlock()
+	}
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	for c := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := &client{id: c, cfg: cfg, gs: gs, s: open(), clock: clock, record: record,
+				rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(c)))}
+			cl.run(runCtx)
+		}()
+	}
+	if faults != nil {
+		faults(runCtx, &Faults{clock: clock, record: record})
+	}
+	wg.Wait()
+	return history
+}
+
+// client is one client of the workload, with three owners of its own: an
+// owner's calls are never concurrent.
+type client struct {
+	id     int
+	cfg    Config
+	gs     []group
+	s      store.Store
+	clock  func() time.Duration
+	record func(int, Op, Result)
+	rng    *rand.Rand
+}
+
+func (c *client) run(ctx context.Context) {
+	const owners = 3
+	var ids [owners]store.Owner
+	var holds [owners]*held
+	for i := range ids {
+		ids[i] = store.NewOwner()
+	}
+	for ctx.Err() == nil {
+		o := c.rng.IntN(owners)
+		owner := c.id*owners + o
+		h := holds[o]
+		switch r := c.rng.Float64(); {
+		case h == nil:
+			g := c.rng.IntN(len(c.gs))
+			k := c.rng.IntN(len(c.gs[g].keys))
+			w := 1
+			if c.gs[g].max[k] > 1 && c.rng.IntN(3) == 0 {
+				w = 2
+			}
+			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: w, Max: c.gs[g].max[k], Parent: c.gs[g].total, Fence: c.rng.IntN(2) == 0}
+			res := c.acquire(ctx, ids[o], op)
+			switch {
+			case res.Unknown:
+				c.release(ctx, ids[o], op) // it may hold it: give it back
+			case res.Granted:
+				holds[o] = &held{op: op}
+			}
+		case r < 0.45:
+			c.release(ctx, ids[o], h.op)
+			holds[o] = nil
+		case r < 0.8:
+			if res := c.renew(ctx, ids[o], h.op); res.Lost {
+				holds[o] = nil
+			}
+		case r < 0.9:
+			again := h.op
+			again.Fence = c.rng.IntN(2) == 0
+			if res := c.acquire(ctx, ids[o], again); res.Unknown {
+				c.release(ctx, ids[o], h.op)
+				holds[o] = nil
+			}
+		default:
+			// The holder pauses past its lease, then renews: it finds the
+			// lease lost, unless it renewed in time.
+			sleep(ctx, c.cfg.TTL+time.Duration(c.rng.Int64N(int64(c.cfg.TTL/2))))
+			if res := c.renew(ctx, ids[o], h.op); res.Lost || res.Unknown {
+				c.release(ctx, ids[o], h.op)
+				holds[o] = nil
+			}
+		}
+		sleep(ctx, time.Duration(c.rng.Int64N(int64(3*time.Millisecond))))
+	}
+	// Every lease is given back, after the run's clock stops mattering.
+	for o, h := range holds {
+		if h != nil {
+			c.release(context.Background(), ids[o], h.op)
+		}
+	}
+}
+
+func (c *client) demand(op Op) store.Demand {
+	d := store.Demand{Max: op.Max, TTL: c.cfg.TTL, Fence: op.Fence}
+	if op.Weight > 1 || op.Parent > 0 {
+		g := c.gs[op.Group]
+		d.Shared = &store.Shared{Weight: op.Weight, Parent: store.Parent{Pool: g.parent, Max: g.total, Share: 1}}
+	}
+	return d
+}
+
+func (c *client) acquire(ctx context.Context, owner store.Owner, op Op) Result {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	defer cancel()
+	op.Call = c.clock()
+	g, err := c.s.Acquire(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op))
+	op.Return = c.clock()
+	res := Result{Unknown: err != nil, Granted: g.Granted, Token: g.Token}
+	c.record(c.id, op, res)
+	return res
+}
+
+func (c *client) release(ctx context.Context, owner store.Owner, acq Op) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	defer cancel()
+	op := acq
+	op.Kind, op.Fence = Release, false
+	op.Call = c.clock()
+	_, err := c.s.Release(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op), false)
+	op.Return = c.clock()
+	c.record(c.id, op, Result{Unknown: err != nil})
+}
+
+func (c *client) renew(ctx context.Context, owner store.Owner, acq Op) Result {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	defer cancel()
+	op := acq
+	op.Kind, op.Fence = Renew, false
+	g := c.gs[op.Group]
+	batch := []store.Renewal{{Pool: g.keys[op.Key], Owner: owner, TTL: c.cfg.TTL, Weight: op.Weight, Parent: g.parent}}
+	op.Call = c.clock()
+	err := c.s.Renew(cctx, batch)
+	op.Return = c.clock()
+	res := Result{Unknown: err != nil || batch[0].Err != nil, Lost: batch[0].Lost}
+	c.record(c.id, op, res)
+	return res
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,282 @@
+// Package tune is the control law of an adaptive total (keycap.Adaptive):
+// from what the work a parent guards reported over one interval, on every
+// process, it moves the parent's total between a floor and a ceiling.
+//
+// The law reads three signals, in this order:
+//
+//  1. Overload: when at least 1 % of the work that ended (and at least one
+//     piece) ended with an overload signal (a timeout, a 429, 503 or 529,
+//     RESOURCE_EXHAUSTED, an error the caller classified), the total is
+//     cut to 9/10 — multiplicative decrease, as TCP and AIMD limiters do.
+//  2. Latency: when the mean latency of the work that completed is above
+//     Tolerance × the no-load latency, the backend is queueing. By Little's
+//     law the concurrency it sustains at no-load latency is about
+//     in-flight × no-load ÷ mean: the total goes to 9/10 of that — below
+//     the estimate, so that the no-load latency is seen again and the
+//     estimate stays honest — but never below half of what it was (a
+//     bounded step).
+//  3. Demand: when the work in flight filled at least 80 % of the total on
+//     average, and neither signal fired, the total grows by a tenth (at
+//     least one slot): the backend may take more. Otherwise — no samples,
+//     or demand below the total — it holds: a total fed nothing never
+//     drifts to the floor or the ceiling by itself.
+//
+// Growth remembers the last overload: for 40 intervals after one, the
+// total grows fast only up to one slot below the total that met it, and
+// probes that total one slot at a time, once every 8 intervals. So a hard
+// limit that answers overload at once — a vendor's hidden concurrency, a
+// pool of connections — is found and then touched rarely (about one
+// interval in ten), instead of every other interval; after 40 calm
+// intervals the memory is dropped and a backend that grew is found again
+// at full speed. (A latency cut sets no such memory: its estimate rests
+// on the no-load latency, which deep cuts keep honest, and slow probing
+// would keep the total above the capacity without seeing it.)
+//
+// The no-load latency is learned from the work itself: the lowest interval
+// mean seen (the first interval's, to begin with), allowed to rise by 1 %
+// in each interval in which the total does not grow, so that a backend that became slower for good is
+// accepted after a while (70 intervals to double) instead of being read as
+// queueing forever. So the total should start (the parent's max) where the
+// backend is not overloaded: a start far above its capacity, under
+// overload from the first interval, takes the queueing latency for the
+// no-load one and never cuts.
+//
+// Every process's reports are merged (sums), so the law sees the whole
+// fleet; Next is a pure function of the previous state and the reports,
+// so that whichever process decides an interval, the outcome is the same.
+package tune
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"time"
+)
+
+// The law's constants (see the package comment).
+const (
+	overloadShare = 0.01 // share of ended work with an overload signal that cuts the total
+	backoff       = 0.9  // the cut on overload
+	headroom      = 0.9  // the total against the estimated capacity after a latency cut: below it, so that the no-load latency is seen again
+	maxCut        = 0.5  // a latency cut keeps at least this share of the total
+	growth        = 0.1  // the growth when demand fills the total
+	busy          = 0.8  // the share of the total in flight that counts as filling it
+	drift         = 1.01 // how fast the no-load latency may rise per interval
+	probeEvery    = 8    // intervals between probes of the total that last met an overload
+	forgetAfter   = 40   // intervals after which that total is forgotten
+	aftermath     = 2    // intervals after a cut whose overloads predate it
+)
+
+// Config bounds a total.
+type Config struct {
+	Floor, Ceiling int
+	// Tolerance: the mean latency, as a multiple of the no-load latency,
+	// above which the backend counts as queueing. Above 1.
+	Tolerance float64
+}
+
+// Report is what one process saw of a parent's work over one interval.
+type Report struct {
+	Done      int64         // work that completed with no overload signal
+	Overloads int64         // work that ended with an overload signal
+	Latency   time.Duration // the sum of Done's durations
+	Load      time.Duration // slot-time in flight over the interval: the integral of the slots held
+}
+
+// Add merges r into s.
+func (s *Report) Add(r Report) {
+	s.Done += r.Done
+	s.Overloads += r.Overloads
+	s.Latency += r.Latency
+	s.Load += r.Load
+}
+
+// Empty reports whether r holds no sample of ended work.
+func (r Report) Empty() bool { return r.Done == 0 && r.Overloads == 0 }
+
+// Reason says why a total moved, or held.
+type Reason uint8
+
+const (
+	Start    Reason = iota // the starting value: nothing decided yet
+	NoSample               // no work ended in the interval: held
+	Steady                 // demand below the total and no signal: held
+	Grown                  // demand filled the total with no signal: grown
+	Latency                // the latency rose past the tolerance: cut to the capacity estimate
+	Overload               // overload signals: cut
+)
+
+var reasonNames = [...]string{"start", "no samples", "steady", "demand", "latency", "overload"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// State is a total and what the law remembers.
+type State struct {
+	Value    int           // the total
+	Baseline time.Duration // the no-load latency estimate; 0: none yet
+	Reason   Reason        // why Value is what it is
+	// The last overload: the total that met it (0: none remembered), and
+	// the intervals since.
+	Overloaded int
+	Calm       int
+	// The last interval's merged inputs, for those who report them.
+	Mean     time.Duration // mean latency of completed work; 0: none
+	InFlight float64       // average slots in flight
+	Done     int64
+	Overload int64
+}
+
+// Next returns the state after an interval of the given length in which
+// the processes reported reports.
+func Next(c Config, s State, interval time.Duration, reports []Report) State {
+	var r Report
+	for _, x := range reports {
+		r.Add(x)
+	}
+	n := State{Value: s.Value, Baseline: s.Baseline, Done: r.Done, Overload: r.Overloads,
+		Overloaded: s.Overloaded, Calm: s.Calm + 1}
+	if n.Calm > forgetAfter {
+		n.Overloaded = 0
+	}
+	if interval > 0 {
+		n.InFlight = float64(r.Load) / float64(interval)
+	}
+	if r.Done > 0 {
+		n.Mean = r.Latency / time.Duration(r.Done)
+		n.Baseline = min(n.Mean, n.Baseline)
+		if n.Baseline <= 0 {
+			n.Baseline = n.Mean
+		}
+	}
+	v := float64(s.Value)
+	switch ended := r.Done + r.Overloads; {
+	case ended == 0:
+		n.Reason = NoSample
+	case r.Overloads > 0 && float64(r.Overloads) >= overloadShare*float64(ended) && s.Overloaded > 0 && s.Calm < aftermath:
+		// The reports of the intervals right after a cut were made before
+		// it reached every process: they say nothing of the cut total.
+		n.Reason = Overload
+	case r.Overloads > 0 && float64(r.Overloads) >= overloadShare*float64(ended):
+		n.Reason, v = Overload, Cut(s.Value)
+		// What met the overload is what was in flight, not a total that
+		// grew while the reports were on their way.
+		n.Overloaded, n.Calm = s.Value, 0
+		if n.InFlight > 0 {
+			n.Overloaded = min(s.Value, int(math.Ceil(n.InFlight)))
+		}
+	case r.Done > 0 && float64(n.Mean) > c.Tolerance*float64(n.Baseline):
+		capacity := n.InFlight * float64(n.Baseline) / float64(n.Mean)
+		n.Reason, v = Latency, math.Min(math.Floor(math.Max(capacity*headroom, v*maxCut)), v-1)
+	case n.InFlight >= busy*v:
+		n.Reason, v = Grown, grow(v, n)
+	default:
+		n.Reason = Steady
+	}
+	n.Value = min(max(int(math.Round(v)), c.Floor), c.Ceiling)
+	// The no-load latency may rise, but not while the total grows: a
+	// total probing past the capacity raises the latency slowly, and a
+	// baseline that followed it would never see the queueing.
+	if r.Done > 0 && n.Reason != Grown {
+		n.Baseline = min(n.Mean, time.Duration(float64(s.Baseline)*drift))
+		if s.Baseline <= 0 {
+			n.Baseline = n.Mean
+		}
+	}
+	return n
+}
+
+// Cut returns the total after an overload cut of v: 9/10, and one slot at
+// least. A process that meets an overload applies it at once to what it
+// enforces, before the next total is agreed.
+func Cut(v int) float64 { return math.Min(math.Floor(float64(v)*backoff), float64(v-1)) }
+
+// grow returns the total after growth from v, given the memory of the
+// last overload in n.
+func grow(v float64, n State) float64 {
+	next := v + math.Max(1, v*growth)
+	if n.Overloaded == 0 {
+		return next
+	}
+	edge := float64(n.Overloaded - 1) // the most below the total that met the overload
+	switch {
+	case v < edge:
+		return math.Min(next, edge)
+	case n.Calm%probeEvery == 0:
+		return v + 1 // a probe, one slot
+	default:
+		return v
+	}
+}
+
+// The encodings below are what stores keep: opaque bytes to them.
+const (
+	reportVersion = 1
+	stateVersion  = 2
+)
+
+// ErrEncoding is the error of bytes that are not a report or a state of
+// this version.
+var ErrEncoding = errors.New("tune: not an encoded report or state")
+
+// Encode returns r as bytes.
+func (r Report) Encode() []byte {
+	b := []byte{reportVersion}
+	for _, v := range []int64{r.Done, r.Overloads, int64(r.Latency), int64(r.Load)} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+// DecodeReport reads a report Encode wrote.
+func DecodeReport(b []byte) (Report, error) {
+	v, err := varints(b, reportVersion, 4)
+	if err != nil {
+		return Report{}, err
+	}
+	return Report{Done: v[0], Overloads: v[1], Latency: time.Duration(v[2]), Load: time.Duration(v[3])}, nil
+}
+
+// Encode returns s as bytes.
+func (s State) Encode() []byte {
+	b := []byte{stateVersion}
+	for _, v := range []int64{int64(s.Value), int64(s.Baseline), int64(s.Reason), int64(s.Mean),
+		int64(math.Float64bits(s.InFlight)), s.Done, s.Overload, int64(s.Overloaded), int64(s.Calm)} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+// DecodeState reads a state Encode wrote.
+func DecodeState(b []byte) (State, error) {
+	v, err := varints(b, stateVersion, 9)
+	if err != nil {
+		return State{}, err
+	}
+	return State{Value: int(v[0]), Baseline: time.Duration(v[1]), Reason: Reason(v[2]), Mean: time.Duration(v[3]),
+		InFlight: math.Float64frombits(uint64(v[4])), Done: v[5], Overload: v[6], Overloaded: int(v[7]), Calm: int(v[8])}, nil
+}
+
+// varints reads n varints after the version byte.
+func varints(b []byte, version byte, n int) ([]int64, error) {
+	if len(b) == 0 || b[0] != version {
+		return nil, ErrEncoding
+	}
+	b = b[1:]
+	out := make([]int64, n)
+	for i := range out {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, ErrEncoding
+		}
+		out[i], b = v, b[k:]
+	}
+	if len(b) != 0 {
+		return nil, ErrEncoding
+	}
+	return out, nil
+}
