@@ -40,6 +40,12 @@ type Adaptive struct {
 	// past which the backend counts as queueing (0: DefaultTolerance).
 	// Above 1.
 	Tolerance float64
+	// OverloadsOnly moves the total on overloads alone — cut on each,
+	// grown while work fills it (AIMD) — and never on latency, so
+	// Tolerance is not read. For a vendor that answers 429 at its
+	// concurrency limit, whose latency says little of it, and for callers
+	// whose own machine stretches the latency they measure.
+	OverloadsOnly bool
 	// Shadow computes and reports the total (events, Limiter.Tuning) but
 	// never enforces it: the parent keeps its max, so that an operator sees
 	// what the total would do before trusting it. A total in shadow sees

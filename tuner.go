@@ -3,6 +3,7 @@ package keycap
 import (
 	"context"
 	"maps"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,7 +311,11 @@ func (t *tuner) step(period int64) (busy bool) {
 				list = append(list, r)
 			}
 		}
-		next := tune.Next(tune.Config{Floor: t.a.Floor, Ceiling: t.a.Ceiling, Tolerance: t.a.Tolerance}, cur, t.a.Interval, list)
+		tol := t.a.Tolerance
+		if t.a.OverloadsOnly {
+			tol = math.Inf(1) // no latency is past it
+		}
+		next := tune.Next(tune.Config{Floor: t.a.Floor, Ceiling: t.a.Ceiling, Tolerance: tol}, cur, t.a.Interval, list)
 		got, _, err := l.store.SetTotal(ctx, t.p.pool, tot.Version, store.Total{Version: period - 1, State: next.Encode()}, keep)
 		if err != nil {
 			return busy

@@ -49,7 +49,7 @@ func TestConcurrencyFindsTheVendorsLimit(t *testing.T) {
 	srv := httptest.NewServer(v)
 	defer srv.Close()
 	st := memstore.New()
-	vendorTotal := keycap.MustParent("vendor", 4, keycap.WithAdaptive(keycap.Adaptive{Floor: 1, Ceiling: 100, Interval: 50 * time.Millisecond}))
+	vendorTotal := keycap.MustParent("vendor", 4, keycap.WithAdaptive(keycap.Adaptive{Floor: 1, Ceiling: 100, Interval: 50 * time.Millisecond, OverloadsOnly: true}))
 	spec := keycap.Spec{Name: "vendor-calls", Max: 100, Parent: vendorTotal, Wait: 10 * time.Second}
 	var lims []*keycap.Limiter
 	var clients []*http.Client

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	case "busy":
 		busyLoad()
 		return
+	case "outbound-worker":
+		outboundWorker()
+		return
 	}
 	testkit.VerifyNoLeaks(m)
 }

@@ -71,7 +71,8 @@ const (
 type Config struct {
 	Floor, Ceiling int
 	// Tolerance: the mean latency, as a multiple of the no-load latency,
-	// above which the backend counts as queueing. Above 1.
+	// above which the backend counts as queueing. Above 1; +Inf: the
+	// latency never cuts the total.
 	Tolerance float64
 }
 

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -215,5 +216,25 @@ func TestFindsAHardLimitAndTouchesItRarely(t *testing.T) {
 	}
 	if share := float64(over) / float64(done+over); share > 0.01 {
 		t.Fatalf("%.2f %% of the calls met the limit after converging, want under 1 %%", 100*share)
+	}
+}
+
+// TestInfiniteToleranceIgnoresLatency: with a tolerance of +Inf (what
+// Adaptive.OverloadsOnly asks for) a latency that grows with the total
+// does not cut it; demand grows it and an overload cuts it.
+func TestInfiniteToleranceIgnoresLatency(t *testing.T) {
+	c := Config{Floor: 1, Ceiling: 100, Tolerance: math.Inf(1)}
+	st := State{Value: 10, Baseline: 20 * time.Millisecond}
+	// 10 in flight, all the time, at 5× the no-load latency.
+	slow := Report{Done: 25, Latency: 25 * 100 * time.Millisecond, Load: 10 * interval}
+	if n := Next(c, st, interval, []Report{slow}); n.Reason != Grown || n.Value <= st.Value {
+		t.Fatalf("a slow but full interval: %d (%s), want growth", n.Value, n.Reason)
+	}
+	if n := Next(cfg, st, interval, []Report{slow}); n.Reason != Latency {
+		t.Fatalf("the same with a finite tolerance: %s, want a latency cut", n.Reason)
+	}
+	over := Report{Done: 10, Overloads: 5, Latency: 10 * 20 * time.Millisecond, Load: 10 * interval}
+	if n := Next(c, st, interval, []Report{over}); n.Reason != Overload || n.Value >= st.Value {
+		t.Fatalf("an overloaded interval: %d (%s), want a cut", n.Value, n.Reason)
 	}
 }
