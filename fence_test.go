@@ -59,6 +59,29 @@ func TestFencesGrowWithEachGrant(t *testing.T) {
 	}
 }
 
+// TestDoContextKeepsItsTokens: a context Do gave its function still reads
+// that grant's token after Do returned and another grant was made (Do does
+// not reuse a lease its function's context carries).
+func TestDoContextKeepsItsTokens(t *testing.T) {
+	l, _ := newLimiter(t, memstore.New())
+	lim := limit(t, keycap.Spec{Name: "fence-kept", Max: 1, Fence: true}, "k")
+	var kept context.Context
+	var first uint64
+	for i := range 3 {
+		if err := l.Do(context.Background(), func(ctx context.Context) error {
+			if i == 0 {
+				kept, first = ctx, keycap.FencesFrom(ctx)[0].Token
+			}
+			return nil
+		}, lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := keycap.FencesFrom(kept); len(f) != 1 || f[0].Token != first {
+		t.Fatalf("the first Do's context reads %+v after two more grants, want its token %d", f, first)
+	}
+}
+
 // TestFencedWaiterClaimsItsToken: a waiter handed the slot claims it with a
 // store call, which brings its token (the handoff alone would bring none).
 func TestFencedWaiterClaimsItsToken(t *testing.T) {

@@ -67,7 +67,7 @@ type slot struct {
 	since    time.Duration // when the slot was granted, on the Limiter's clock
 	token    uint64        // its fencing token (Spec.Fence); 0: none
 	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
-	tuned    bool          // counted by its adaptive parent's tuner (started), to be ended
+	tuner    *tuner        // the adaptive parent's tuner that counted it (started), to end it
 	lost     bool          // found gone on renewal
 }
 
@@ -139,15 +139,14 @@ func (ls *Lease) Overloaded() {
 // long they were held; overloaded: the work met an overload signal.
 func (l *Limiter) untune(ls *Lease, overloaded bool) {
 	for i := range ls.slots {
-		if s := &ls.slots[i]; s.tuned {
-			s.tuned = false
+		if s := &ls.slots[i]; s.tuner != nil {
+			t := s.tuner
+			s.tuner = nil
 			since := s.since
 			if since == 0 {
 				since = ls.acquired
 			}
-			if t := l.tuners.find(s.limit.spec.Parent); t != nil {
-				t.ended(s.limit.spec.Weight, max(l.now()-since, 0), overloaded)
-			}
+			t.ended(s.limit.spec.Weight, max(l.now()-since, 0), overloaded)
 		}
 	}
 }

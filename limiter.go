@@ -222,8 +222,8 @@ func (l *Limiter) Acquire(ctx context.Context, limits ...Limit) (*Lease, error) 
 // fn's error. fn's context carries the lease (ContextWithLease) when its
 // limits ask for fencing tokens (FencesFrom) or have an adaptive parent
 // (ReportOverload); an error of fn that matches context.DeadlineExceeded
-// counts as an overload for an adaptive parent. Since fn never sees the
-// lease, Do reuses it: with one limit
+// counts as an overload for an adaptive parent. When fn's context does not
+// carry the lease, Do reuses it: with one limit
 // taken without waiting, its steady path allocates nothing. On a store that
 // lives in the process (memstore), such a slot is held with no expiry and
 // without a Lease, so it is never renewed; a fn that never returns then
@@ -237,8 +237,16 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error, limits
 	if err != nil {
 		return err
 	}
-	defer ls.reuse() // fn never sees ls
-	err = fn(ContextWithLease(ctx, ls))
+	fctx := ContextWithLease(ctx, ls)
+	if fctx == ctx {
+		defer ls.reuse() // fn never sees ls
+	} else {
+		// fn's context holds ls, and may outlive fn (a goroutine it
+		// started): ls is not reused, so FencesFrom never reads another
+		// caller's tokens there.
+		defer ls.Release()
+	}
+	err = fn(fctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		ls.Overloaded() // a timeout is an overload signal for an adaptive parent
 	}

@@ -432,7 +432,9 @@ func TestHandoffIsTheGrant(t *testing.T) {
 		t.Run(fmt.Sprintf("parent=%v", parent), func(t *testing.T) {
 			s := &countingLineStore{Store: memstore.New(), refused: make(chan struct{}, 4)}
 			l := newLineLimiter(t, s)
-			sp := keycap.Spec{Name: "handoff", Max: 1, Wait: 10 * time.Second, TTL: 300 * time.Millisecond}
+			// A TTL long enough that a loaded machine wakes the waiter
+			// within a third of it (past that, the handoff is claimed).
+			sp := keycap.Spec{Name: "handoff", Max: 1, Wait: 10 * time.Second, TTL: 1500 * time.Millisecond}
 			if parent {
 				sp.Parent = keycap.MustParent("handoff-parent", 1)
 			}
@@ -483,7 +485,7 @@ func TestHandoffIsTheGrant(t *testing.T) {
 			// lease, and nobody else's meanwhile.
 			other := sp
 			other.Wait = 0
-			deadline := time.Now().Add(3 * sp.TTL)
+			deadline := time.Now().Add(sp.TTL + sp.TTL/3)
 			for time.Now().Before(deadline) {
 				if ls, err := l.Acquire(ctx, other.For(okey)); err == nil {
 					ls.Release()

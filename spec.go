@@ -305,6 +305,9 @@ func (l *Limit) makeShadow() {
 	if p := l.spec.Parent; p != nil {
 		sp := *p
 		sp.pool = store.PoolOf(store.Internal|store.Shadow, "parent", sp.name)
+		// A shadow's parent counts at its max: the adaptive total is the
+		// enforced parent's, tuned by the work it admits, not by a copy.
+		sp.adaptive = nil
 		l.spec.Parent = &sp
 		l.share()
 	}

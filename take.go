@@ -517,7 +517,7 @@ func (l *Limiter) admit(ctx context.Context, ls *Lease, waited time.Duration) {
 			if p := s.limit.spec.Parent; p != nil && p.adaptive != nil {
 				if t := l.tuners.of(p); t != nil {
 					t.started(s.limit.spec.Weight)
-					s.tuned = true
+					s.tuner = t
 				}
 			}
 		}

@@ -76,7 +76,15 @@ func (ts *tuners) of(p *Parent) *tuner {
 	}
 	if old != nil { // replaced: a Parent of its name with other settings
 		close(old.stop)
-		ts.stopped = append(ts.stopped, old)
+		live := ts.stopped[:0]
+		for _, s := range ts.stopped {
+			select {
+			case <-s.done: // stopped: nothing to wait for
+			default:
+				live = append(live, s)
+			}
+		}
+		ts.stopped = append(live, old)
 	}
 	m := map[store.PoolID]*tuner{}
 	if cur := ts.m.Load(); cur != nil {
@@ -125,11 +133,16 @@ type tuner struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	// The interval's samples so far, counted without a lock: every lease
-	// of the parent's keys passes here twice. load is the slot-time held
-	// since the interval began, less held × now: each grant at t takes
-	// w × t, each release adds it back, and the step adds held × its time.
-	held, load, completed, overloads, latency atomic.Int64
+	// The interval's samples so far: every lease of the parent's keys
+	// passes here twice. load is the slot-time held since the interval
+	// began, less held × now: each grant at t takes w × t, each release
+	// adds it back, and the step adds held × its time. held and load move
+	// together under sample (read apart, a step between the two would
+	// count a slot for the whole life of the Limiter); the counts are
+	// atomics.
+	sample                        sync.Mutex
+	held, load                    int64 // guarded by sample
+	completed, overloads, latency atomic.Int64
 
 	mu       sync.Mutex // guards the rest
 	state    tune.State // the total as last read
@@ -182,16 +195,28 @@ func (l *Limiter) adapted(lim *Limit) *store.Shared {
 
 // started counts w slots of the parent taken.
 func (t *tuner) started(w int) {
-	t.held.Add(int64(w))
-	t.load.Add(-int64(w) * int64(t.l.now()))
+	now := int64(t.l.now())
+	t.sample.Lock()
+	t.held += int64(w)
+	t.load -= int64(w) * now
+	t.sample.Unlock()
+}
+
+// holding reports whether the parent's keys hold slots here.
+func (t *tuner) holding() bool {
+	t.sample.Lock()
+	defer t.sample.Unlock()
+	return t.held > 0
 }
 
 // ended counts w slots given back after held; overloaded: the work met an
-// overload signal. A lease counted by a tuner since retired ends in the
-// tuner that replaced it: held can go below zero there until it is read.
+// overload signal. A slot ends in the tuner that counted its start.
 func (t *tuner) ended(w int, held time.Duration, overloaded bool) {
-	t.held.Add(-int64(w))
-	t.load.Add(int64(w) * int64(t.l.now()))
+	now := int64(t.l.now())
+	t.sample.Lock()
+	t.held -= int64(w)
+	t.load += int64(w) * now
+	t.sample.Unlock()
 	if overloaded {
 		t.overloads.Add(1)
 		t.mu.Lock()
@@ -205,15 +230,13 @@ func (t *tuner) ended(w int, held time.Duration, overloaded bool) {
 
 // take returns the interval's samples and starts the next, at now.
 func (t *tuner) take(now time.Duration) tune.Report {
-	held := t.held.Load()
-	if held < 0 { // leases counted by a retired tuner
-		t.held.Add(-held)
-		held = 0
-	}
 	r := tune.Report{Done: t.completed.Swap(0), Overloads: t.overloads.Swap(0), Latency: time.Duration(t.latency.Swap(0))}
+	t.sample.Lock()
+	defer t.sample.Unlock()
 	// the slot-time so far, and the slots still held start the next
 	// interval from now
-	r.Load = max(time.Duration(t.load.Swap(-held*int64(now))+held*int64(now)), 0)
+	r.Load = max(time.Duration(t.load+t.held*int64(now)), 0)
+	t.load = -t.held * int64(now)
 	return r
 }
 
@@ -277,7 +300,7 @@ func (t *tuner) loop() {
 func (ts *tuners) retire(t *tuner) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	busy := t.held.Load() > 0 || t.completed.Load() > 0 || t.overloads.Load() > 0
+	busy := t.holding() || t.completed.Load() > 0 || t.overloads.Load() > 0
 	m := ts.m.Load()
 	if busy || ts.closed || m == nil || (*m)[t.p.pool] != t {
 		return false
@@ -293,7 +316,7 @@ func (ts *tuners) retire(t *tuner) bool {
 // keys held or ended anything here.
 func (t *tuner) step(period int64) (busy bool) {
 	rep := t.take(t.l.now())
-	busy = t.held.Load() > 0 || !rep.Empty()
+	busy = t.holding() || !rep.Empty()
 
 	l := t.l
 	ctx, cancel := context.WithTimeout(context.Background(), l.budget)

@@ -36,3 +36,32 @@ func TestHandlerOverloadCutsAdaptiveTotal(t *testing.T) {
 		return tu.Total == 2 && tu.Reason == "overload"
 	})
 }
+
+// TestStreamHandlerSeesItsLease: a streaming handler's context carries the
+// call's lease, as a unary one's does: its fencing token, and what
+// ReportOverload reports to.
+func TestStreamHandlerSeesItsLease(t *testing.T) {
+	_, limits := newLimiters(t)
+	if err := limits.Set("*", rpclimit.Limit(keycap.Spec{Max: 5, Fence: true})); err != nil {
+		t.Fatal(err)
+	}
+	svc := &service{g: newGauge(), fences: make(chan []keycap.Fence, 1)}
+	client := testpb.NewTestServiceClient(serve(t, limits, svc))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case fs := <-svc.fences:
+		if len(fs) != 1 || fs[0].Token == 0 {
+			t.Fatalf("the stream handler's fences: %+v, want one token", fs)
+		}
+	case <-ctx.Done():
+		t.Fatal("the stream handler never ran")
+	}
+}

@@ -48,7 +48,11 @@ func StreamServerInterceptor(limits *rpclimit.Limiters) grpc.StreamServerInterce
 		c := call(ss.Context(), info.FullMethod, true)
 		var err error
 		if refused := limits.Run(ss.Context(), &c, func(ctx context.Context) {
-			err = handler(srv, ss)
+			stream := ss
+			if ctx != ss.Context() { // it carries the lease: FencesFrom, ReportOverload
+				stream = &leaseStream{ServerStream: ss, ctx: ctx}
+			}
+			err = handler(srv, stream)
 			overload(ctx, err)
 		}); refused != nil {
 			r := asRefusal(refused)
@@ -60,6 +64,14 @@ func StreamServerInterceptor(limits *rpclimit.Limiters) grpc.StreamServerInterce
 		return err
 	}
 }
+
+// leaseStream is a stream whose context carries the call's lease.
+type leaseStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *leaseStream) Context() context.Context { return s.ctx }
 
 // overload reports a handler's overload answer to the adaptive parents of
 // the call's lease, which ctx carries.

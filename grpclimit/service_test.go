@@ -12,6 +12,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/grpclimit"
 	"github.com/keycap/keycap/rpclimit"
 )
@@ -60,9 +61,10 @@ type service struct {
 	testpb.UnimplementedTestServiceServer
 	g       *gauge
 	delay   time.Duration
-	release chan struct{} // nil: hold for delay only
-	started chan string   // each handler's key as it starts, when not nil
-	fail    error         // UnaryCall's answer, when not nil
+	release chan struct{}       // nil: hold for delay only
+	started chan string         // each handler's key as it starts, when not nil
+	fail    error               // UnaryCall's answer, when not nil
+	fences  chan []keycap.Fence // StreamingOutputCall's fencing tokens, when not nil
 }
 
 func tenantOf(ctx context.Context) string {
@@ -123,6 +125,13 @@ func (s *service) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, erro
 func (s *service) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, ss grpc.ServerStreamingServer[testpb.StreamingOutputCallResponse]) error {
 	if err := ss.Send(&testpb.StreamingOutputCallResponse{}); err != nil { // the stream is open
 		return err
+	}
+	if s.fences != nil {
+		select {
+		case s.fences <- keycap.FencesFrom(ss.Context()):
+		case <-ss.Context().Done():
+			return ss.Context().Err()
+		}
 	}
 	return s.hold(ss.Context())
 }

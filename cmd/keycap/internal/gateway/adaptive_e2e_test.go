@@ -37,7 +37,7 @@ routes:
 `, up.URL, testToken))
 	client := &http.Client{Timeout: 10 * time.Second}
 	want := `keycap_parent_total{parent="gateway:db",shadow="false"} 2`
-	testkit.WaitUntil(t, 30*time.Second, "the total to reach its floor", func() bool {
+	hit := func() { // one request, answered 503 by the upstream
 		req, _ := http.NewRequest(http.MethodGet, g.proxy+"/x", nil)
 		req.Header.Set("X-Tenant", "t1")
 		resp, err := client.Do(req)
@@ -49,6 +49,9 @@ routes:
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("status %d, want the upstream's 503", resp.StatusCode)
 		}
+	}
+	testkit.WaitUntil(t, 30*time.Second, "the total to reach its floor", func() bool {
+		hit()
 		_, _, body := get(t, g.admin+"/metrics")
 		return strings.Contains(body, want)
 	})
@@ -58,7 +61,9 @@ routes:
 	}
 
 	// The admin API, then keycap inspect, then the page.
+	// Requests go on while it waits: an interval with none reads "no samples".
 	testkit.WaitUntil(t, 10*time.Second, "the summary to show the floor", func() bool {
+		hit()
 		s := summaryOf(t, g)
 		return len(s.Totals) == 1 && s.Totals[0].Parent == "db" && s.Totals[0].Total == 2 && s.Totals[0].Reason == "overload"
 	})
