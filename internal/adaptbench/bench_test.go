@@ -4,6 +4,7 @@ import (
 	"context"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,6 +41,24 @@ func redisAddr(t *testing.T) string {
 	return a
 }
 
+// workerBinary builds the harness's command without the race detector and
+// returns its path: the workers are the load and the strategies, and under
+// -race three of them on two cores cannot keep up with the arrivals (their
+// decisions outlive the decision budget, and the run measures the
+// instrumentation). This process — the backend and the measures — keeps
+// the test's build; keycap's own tests check its code under -race.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "adaptbench")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/adaptbench")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the workers: %v\n%s", err, out)
+	}
+	return exe
+}
+
 // TestShortRun runs a short schedule with no limit, keycap at C0 and a
 // per-process peer, and checks what must hold whatever the machine: without
 // a limit 4× the load queues past the SLO; keycap's parent keeps the backend
@@ -55,6 +74,7 @@ func TestShortRun(t *testing.T) {
 	cfg.Phases = Schedule(cfg.Capacity, scale)
 	cfg.Strategies = []string{"none", "keycap-fixed-C", "failsafe-adaptive", "keycap-adaptive"}
 	cfg.RedisAddr = redisAddr(t)
+	cfg.Executable = workerBinary(t)
 	cfg.Stderr = tlog{t}
 	cfg.Progress = tlog{t}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
