@@ -94,13 +94,16 @@ type AdaptiveConfig struct {
 	Ceiling   *int      `yaml:"ceiling"`
 	Interval  *Duration `yaml:"interval"`  // default keycap.DefaultInterval
 	Tolerance *float64  `yaml:"tolerance"` // default keycap.DefaultTolerance
-	Shadow    bool      `yaml:"shadow"`    // computed and reported, never enforced
+	// OverloadsOnly moves the total on overload answers alone, never on
+	// latency (keycap.Adaptive.OverloadsOnly).
+	OverloadsOnly bool `yaml:"overloads_only"`
+	Shadow        bool `yaml:"shadow"` // computed and reported, never enforced
 }
 
 // adaptive returns the keycap.Adaptive of a, with keycap's defaults for
 // what a leaves out.
 func (a *AdaptiveConfig) adaptive() keycap.Adaptive {
-	out := keycap.Adaptive{Shadow: a.Shadow}
+	out := keycap.Adaptive{Shadow: a.Shadow, OverloadsOnly: a.OverloadsOnly}
 	if a.Floor != nil {
 		out.Floor = *a.Floor
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -17,7 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/httplimit"
+	"github.com/keycap/keycap/rpclimit"
 )
 
 // gRPC calls go through the gateway as any request does (HTTP/2 both
@@ -233,6 +236,34 @@ type grpcResponseKey struct{}
 // call, is a trailers-only response: its status in its headers, no body.
 func grpcTrailersOnly(resp *http.Response) bool {
 	return resp.ContentLength == 0 && resp.Header.Get("Grpc-Status") != ""
+}
+
+// reportGRPCOverload reports an upstream's gRPC status to the route's
+// adaptive parents when it is an overload (rpclimit.Overload:
+// RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED), as an HTTP 429 or
+// 503 is.
+func reportGRPCOverload(ctx context.Context, status string) {
+	if code, err := strconv.ParseUint(status, 10, 32); err == nil && rpclimit.Overload(rpclimit.Code(code)) {
+		keycap.ReportOverload(ctx)
+	}
+}
+
+// grpcStatusBody is the body of an upstream's gRPC answer whose status
+// comes in its trailers: read when the body ends, before the proxy's
+// handler returns and the call's slots are released.
+type grpcStatusBody struct {
+	io.ReadCloser
+	resp *http.Response
+	read bool
+}
+
+func (b *grpcStatusBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.read {
+		b.read = true
+		reportGRPCOverload(b.resp.Request.Context(), b.resp.Trailer.Get("Grpc-Status"))
+	}
+	return n, err
 }
 
 // errGRPCDeadline ends a gRPC call whose deadline (grpc-timeout) passed.

@@ -297,8 +297,15 @@ func (p *routeProxy) modifyResponse(resp *http.Response) error {
 	if overloadStatus(resp.StatusCode) {
 		keycap.ReportOverload(resp.Request.Context()) // to the route's adaptive parents
 	}
-	if gr, ok := resp.Request.Context().Value(grpcResponseKey{}).(*grpcResponse); ok && grpcTrailersOnly(resp) {
-		gr.trailersOnly = true
+	if gr, ok := resp.Request.Context().Value(grpcResponseKey{}).(*grpcResponse); ok {
+		if grpcTrailersOnly(resp) {
+			gr.trailersOnly = true
+		}
+		if code := resp.Header.Get("Grpc-Status"); code != "" {
+			reportGRPCOverload(resp.Request.Context(), code)
+		} else { // the status comes in the trailers, once the body ends
+			resp.Body = &grpcStatusBody{ReadCloser: resp.Body, resp: resp}
+		}
 	}
 	if p.followsClient(resp.Request) || resp.StatusCode == http.StatusSwitchingProtocols {
 		return nil
