@@ -60,14 +60,17 @@ func (ls *Lease) label() string {
 	return ls.extra.label
 }
 
+// A lease holds a slot (a Limit, and so a Spec) per limit, inline for one:
+// keep their fields packed (bools together), as the lease's size class is
+// paid by every Acquire.
 type slot struct {
 	limit    Limit
 	renewAt  time.Duration // next renewal, on the Limiter's clock
 	deadline time.Duration // when the slot expires in the store unless renewed
 	since    time.Duration // when the slot was granted, on the Limiter's clock
 	token    uint64        // its fencing token (Spec.Fence); 0: none
-	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
 	tuner    *tuner        // the adaptive parent's tuner that counted it (started), to end it
+	held     bool          // a slot is held in the store (false: skipped by a failing-open store)
 	lost     bool          // found gone on renewal
 }
 

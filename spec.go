@@ -112,6 +112,14 @@ type Spec struct {
 	// limit of the same name and key. Its slot is decided before the
 	// enforced limits' and given back when they refuse.
 	Shadow bool
+	// Fence gives each grant a fencing token (Lease.Fences): a number
+	// above every token granted before it in the key's pool, from the
+	// store, so that a system the holder writes to can refuse a holder
+	// whose lease was lost once a newer holder has written (see
+	// docs/safety.md). Needs a store with fencing tokens (store.Fences:
+	// memstore, redisstore, pgstore); not with Shadow. A waiter handed a
+	// slot claims it with one more store call, which carries the token.
+	Fence bool
 
 	// Weight is how many slots each lease takes, of the key's pool and of
 	// its parent: an export that costs 3 of Max 10, a read 1. A lease of
@@ -130,15 +138,6 @@ type Spec struct {
 	// minimum while it holds fewer than Minimum slots of its parent: with no
 	// preemption, a minimum is a priority. At most Max. Needs Parent.
 	Minimum int
-
-	// Fence gives each grant a fencing token (Lease.Fences): a number
-	// above every token granted before it in the key's pool, from the
-	// store, so that a system the holder writes to can refuse a holder
-	// whose lease was lost once a newer holder has written (see
-	// docs/safety.md). Needs a store with fencing tokens (store.Fences:
-	// memstore, redisstore, pgstore); not with Shadow. A waiter handed a
-	// slot claims it with one more store call, which carries the token.
-	Fence bool
 }
 
 // Validate reports every field of s that is not allowed, each as an
