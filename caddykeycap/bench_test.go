@@ -1,6 +1,7 @@
 package caddykeycap_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
 )
@@ -151,5 +153,38 @@ func waitListen(b *testing.B, addr, what string) {
 			b.Fatalf("%s did not listen on %s within 30s: %v", what, addr, err)
 		}
 		time.Sleep(10 * time.Millisecond) // a readiness probe, before measuring
+	}
+}
+
+// BenchmarkServeHTTP is the handler's own cost, in this process: one
+// request through ServeHTTP to a next handler that answers at once, on the
+// memory store, with the request's replacer in its context as Caddy puts
+// it there, for a limit alone, of a fixed parent, and of an adaptive
+// parent (whose handler reads the response's status). Its allocs/op are
+// the handler's.
+//
+//	cd caddykeycap && go test -run '^$' -bench BenchmarkServeHTTP -count 5 .
+func BenchmarkServeHTTP(b *testing.B) {
+	for _, tc := range []struct{ name, limit string }{
+		{"plain", `{"name":"bench-plain","key":"k","max":1000}`},
+		{"parent", `{"name":"bench-parent","key":"k","max":1000,"parent":{"name":"bench-parent","max":1000}}`},
+		{"adaptive", `{"name":"bench-adaptive","key":"k","max":1000,"parent":{"name":"bench-adaptive","max":1000,"adaptive":{"floor":1,"ceiling":1000}}}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			h, err := provision(b, `{"limits":[`+tc.limit+`],"store":{"prefix":"bench-serve-http"}}`)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = h.Cleanup() })
+			ctx := context.WithValue(context.Background(), caddy.ReplacerCtxKey, caddy.NewReplacer())
+			r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+			w := httptest.NewRecorder()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := h.ServeHTTP(w, r, ok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

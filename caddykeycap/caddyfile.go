@@ -1,6 +1,7 @@
 package caddykeycap
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -17,7 +18,13 @@ import (
 //			wait        <duration>
 //			ttl         <duration>
 //			weight      <n>
-//			parent      <name> <max>
+//			parent      <name> <max> [{
+//				adaptive       <floor> <ceiling>
+//				interval       <duration>
+//				tolerance      <x>
+//				overloads_only
+//				shadow
+//			}]
 //			share       <n>
 //			minimum     <n>
 //			fail_mode   open|closed
@@ -128,7 +135,7 @@ func limitOption(d *caddyfile.Dispenser, l *LimitConfig) error {
 			return err
 		}
 		l.Parent = &ParentConfig{Name: name, Max: n}
-		return nil
+		return parentBlock(d, l.Parent)
 	}
 	var v string
 	if !d.AllArgs(&v) {
@@ -170,6 +177,68 @@ func limitOption(d *caddyfile.Dispenser, l *LimitConfig) error {
 		return d.Errf("limit %q: unknown option %q", l.Name, opt)
 	}
 	return err
+}
+
+// parentBlock reads the block that may follow "parent <name> <max>": the
+// settings of an adaptive total. Every option but adaptive needs it.
+func parentBlock(d *caddyfile.Dispenser, p *ParentConfig) error {
+	a := &AdaptiveConfig{}
+	var orphan error // an option given without adaptive, said at its line
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		switch opt {
+		case "adaptive":
+			if p.Adaptive != nil {
+				return d.Err("parent: adaptive given twice")
+			}
+			var floor, ceiling string
+			if !d.AllArgs(&floor, &ceiling) {
+				return d.ArgErr()
+			}
+			var err error
+			if a.Floor, err = intArg(d, "adaptive floor", floor); err != nil {
+				return err
+			}
+			if a.Ceiling, err = intArg(d, "adaptive ceiling", ceiling); err != nil {
+				return err
+			}
+			p.Adaptive = a
+			continue
+		case "overloads_only", "shadow":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.OverloadsOnly = a.OverloadsOnly || opt == "overloads_only"
+			a.Shadow = a.Shadow || opt == "shadow"
+		case "interval":
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			if err := durationArg(d, opt, v, &a.Interval); err != nil {
+				return err
+			}
+		case "tolerance":
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) { // JSON has neither
+				return d.Errf("tolerance %q: not a number (such as 1.5)", v)
+			}
+			a.Tolerance = x
+		default:
+			return d.Errf("parent %q: unknown option %q (want adaptive, interval, tolerance, overloads_only or shadow)", p.Name, opt)
+		}
+		if orphan == nil {
+			orphan = d.Errf("parent %q: %s needs adaptive <floor> <ceiling> in the parent's block", p.Name, opt)
+		}
+	}
+	if p.Adaptive == nil && orphan != nil {
+		return orphan
+	}
+	return nil
 }
 
 // storeBlock reads "store <type> [<addr>...] [{ ... }]", the cursor on store.

@@ -51,6 +51,30 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		"weight":2,"parent":{"name":"all","max":50},"share":3,"minimum":1,"fail_mode":"closed","shadow":true,"retry_after":0},
 		{"name":"tenants","key":"{http.request.header.X-Tenant}","max":20}],
 		"store":{"type":"redis","addr":"10.0.0.5:6379","username":"app","password":"{env.REDIS_PASSWORD}","db":2,"tls":true,"prefix":"myapp:","budget":500000000}}`},
+		{"adaptive parent", `keycap {
+	limit api 10 {
+		parent backend 20 {
+			adaptive 2 40
+			interval 100ms
+			tolerance 1.5
+			overloads_only
+			shadow
+		}
+	}
+	limit search 5 {
+		parent pool 8 {
+			adaptive 1 16
+		}
+		share 2
+	}
+	limit fixed 3 {
+		parent other 6 {
+		}
+	}
+}`, `{"limits":[{"name":"api","max":10,"parent":{"name":"backend","max":20,
+		"adaptive":{"floor":2,"ceiling":40,"interval":100000000,"tolerance":1.5,"overloads_only":true,"shadow":true}}},
+		{"name":"search","max":5,"parent":{"name":"pool","max":8,"adaptive":{"floor":1,"ceiling":16}},"share":2},
+		{"name":"fixed","max":3,"parent":{"name":"other","max":6}}]}`},
 		{"cluster", `keycap api 2 {
 	store cluster 10.0.0.1:6379 10.0.0.2:6379 {
 		addrs 10.0.0.3:6379
@@ -115,6 +139,19 @@ var caddyfileErrors = []struct {
 	{"bad fail_mode", "keycap {\n\tlimit api 2 {\n\t\tfail_mode maybe\n\t}\n}", "3", `fail_mode "maybe"`},
 	{"bad empty_key", "keycap {\n\tlimit api 2 {\n\t\tempty_key skip\n\t}\n}", "3", `empty_key "skip"`},
 	{"parent without max", "keycap {\n\tlimit api 2 {\n\t\tparent all\n\t}\n}", "3", "argument count"},
+	{"adaptive without ceiling", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1\n\t\t}\n\t}\n}", "4", "argument count"},
+	{"adaptive floor not a number", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive one 10\n\t\t}\n\t}\n}", "4", `adaptive floor "one"`},
+	{"adaptive ceiling not a number", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 ten\n\t\t}\n\t}\n}", "4", `adaptive ceiling "ten"`},
+	{"adaptive twice", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\tadaptive 1 10\n\t\t}\n\t}\n}", "5", "adaptive given twice"},
+	{"bad interval", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\tinterval often\n\t\t}\n\t}\n}", "5", `interval "often"`},
+	{"interval without argument", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\tinterval\n\t\t}\n\t}\n}", "5", "argument count"},
+	{"bad tolerance", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\ttolerance high\n\t\t}\n\t}\n}", "5", `tolerance "high"`},
+	{"infinite tolerance", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\ttolerance +Inf\n\t\t}\n\t}\n}", "5", `tolerance "+Inf"`},
+	{"overloads_only with argument", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\toverloads_only yes\n\t\t}\n\t}\n}", "5", "argument count"},
+	{"parent shadow with argument", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tadaptive 1 10\n\t\t\tshadow on\n\t\t}\n\t}\n}", "5", "argument count"},
+	{"unknown parent option", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\tkeep 5ms\n\t\t}\n\t}\n}", "4", `parent "all": unknown option "keep"`},
+	{"interval without adaptive", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\t\t\ttolerance 2\n\t\t\tinterval 1s\n\t\t}\n\t}\n}", "4", "tolerance needs adaptive <floor> <ceiling>"},
+	{"shadow without adaptive", "keycap {\n\tlimit api 2 {\n\t\tparent all 5 {\n\n\t\t\tshadow\n\t\t}\n\t}\n}", "5", "shadow needs adaptive"},
 	{"shadow with argument", "keycap {\n\tlimit api 2 {\n\t\tshadow yes\n\t}\n}", "3", "argument count"},
 	{"unknown option", "keycap api 2 {\n\tburst 3\n}", "2", `unknown option "burst"`},
 	{"unknown store", "keycap api 2 {\n\tstore etcd\n}", "2", `store type "etcd"`},
@@ -139,6 +176,8 @@ func TestCaddyErrorsNameTheLineAndField(t *testing.T) {
 		{"validate: negative max", ":8080 {\n\tkeycap api -1\n\trespond ok\n}\n", `api\": max: -1: must be at least 0`},
 		{"validate: share without parent", ":8080 {\n\tkeycap {\n\t\tlimit api 2 {\n\t\t\tshare 2\n\t\t}\n\t}\n\trespond ok\n}\n", `api\": share: 2`},
 		{"validate: parent max", ":8080 {\n\tkeycap {\n\t\tlimit api 2 {\n\t\t\tparent all 0\n\t\t}\n\t}\n\trespond ok\n}\n", `api\": parent.max: 0: must be at least 1`},
+		{"validate: adaptive ceiling", ":8080 {\n\tkeycap {\n\t\tlimit api 2 {\n\t\t\tparent all 5 {\n\t\t\t\tadaptive 5 3\n\t\t\t}\n\t\t}\n\t}\n\trespond ok\n}\n", `api\": parent.adaptive.ceiling: 3: must be at least the floor (5)`},
+		{"validate: adaptive interval", ":8080 {\n\tkeycap {\n\t\tlimit api 2 {\n\t\t\tparent all 5 {\n\t\t\t\tadaptive 1 10\n\t\t\t\tinterval 5ms\n\t\t\t}\n\t\t}\n\t}\n\trespond ok\n}\n", `api\": parent.adaptive.interval: 5ms: must be at least 10ms`},
 		{"validate: weight over max", ":8080 {\n\tkeycap {\n\t\tlimit api 2 {\n\t\t\tweight 3\n\t\t}\n\t}\n\trespond ok\n}\n", `api\": weight: 3`},
 		{"validate: prefix from env", ":8080 {\n\tkeycap api 2 {\n\t\tstore redis 127.0.0.1:1 {\n\t\t\tprefix {env.KEYCAP_BAD_PREFIX}\n\t\t}\n\t}\n\trespond ok\n}\n", `store: prefix: \"a{b\": must not contain`},
 	} {

@@ -79,6 +79,41 @@ type LimitConfig struct {
 type ParentConfig struct {
 	Name string `json:"name,omitempty"`
 	Max  int    `json:"max,omitempty"`
+	// Adaptive makes the total follow what the backend can take, between
+	// a floor and a ceiling, starting from Max (keycap.Adaptive).
+	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
+}
+
+// AdaptiveConfig makes a parent's total adaptive (keycap.Adaptive): once
+// per Interval it moves between Floor and Ceiling from the latency of the
+// requests that end and from their overload signals — a response or a
+// handler error of 429, 503, 504 or 529, a timeout. Every Caddy on the
+// store agrees on one total. Limits of other handlers that name the same
+// parent must give it the same max and adaptive settings.
+type AdaptiveConfig struct {
+	// Floor and Ceiling bound the total: 1 ≤ Floor ≤ the parent's max ≤
+	// Ceiling. Required.
+	Floor   int `json:"floor,omitempty"`
+	Ceiling int `json:"ceiling,omitempty"`
+	// Interval is how often the total may move: at least 10ms; default
+	// keycap.DefaultInterval (250ms).
+	Interval caddy.Duration `json:"interval,omitempty"`
+	// Tolerance is the mean latency, as a multiple of the no-load
+	// latency, past which the backend counts as queueing: above 1; default
+	// keycap.DefaultTolerance (1.25).
+	Tolerance float64 `json:"tolerance,omitempty"`
+	// OverloadsOnly moves the total on overload signals alone, never on
+	// latency (Tolerance is not read).
+	OverloadsOnly bool `json:"overloads_only,omitempty"`
+	// Shadow computes the total and logs it, but enforces the parent's
+	// max.
+	Shadow bool `json:"shadow,omitempty"`
+}
+
+// adaptive returns the keycap.Adaptive of a.
+func (a *AdaptiveConfig) adaptive() keycap.Adaptive {
+	return keycap.Adaptive{Floor: a.Floor, Ceiling: a.Ceiling, Interval: time.Duration(a.Interval),
+		Tolerance: a.Tolerance, OverloadsOnly: a.OverloadsOnly, Shadow: a.Shadow}
 }
 
 // limit is a LimitConfig made ready for requests.
@@ -86,6 +121,7 @@ type limit struct {
 	spec       keycap.Spec
 	key        string // the template
 	refuse     bool   // an empty key is refused (EmptyKeyRefuse)
+	adaptive   bool   // its parent's total is adaptive: the handler reports overloads
 	retryAfter time.Duration
 }
 
@@ -105,6 +141,7 @@ func compileLimits(cfgs []LimitConfig) ([]limit, error) {
 		return nil, errors.New("keycap: limits: at least one limit is required")
 	}
 	seen := make(map[string]bool, len(cfgs))
+	parents := make(map[parentUse]string) // → the limit that names it
 	out := make([]limit, 0, len(cfgs))
 	var errs []error
 	for i, c := range cfgs {
@@ -118,12 +155,30 @@ func compileLimits(cfgs []LimitConfig) ([]limit, error) {
 			continue
 		}
 		seen[c.Name] = true
+		if p := l.spec.Parent; p != nil {
+			// keycap refuses two limits of one parent in one Acquire
+			// (shadows apart: theirs is a parent of its own)
+			u := parentUse{p.Name(), l.spec.Shadow}
+			if other, ok := parents[u]; ok {
+				errs = append(errs, fieldError(i, c.Name, "parent.name",
+					"%q is also the parent of limit %q of this handler: a request takes a slot of each limit of its handler, and of a parent one at most", p.Name(), other))
+				continue
+			}
+			parents[u] = c.Name
+		}
 		out = append(out, l)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// parentUse is a parent as a handler's limits take it: enforced or in
+// shadow.
+type parentUse struct {
+	name   string
+	shadow bool
 }
 
 func compileLimit(i int, c LimitConfig) (limit, error) {
@@ -175,11 +230,30 @@ func compileLimit(i int, c LimitConfig) (limit, error) {
 		spec.Max = *c.Max
 	}
 	if c.Parent != nil {
-		switch p, err := keycap.NewParent(c.Parent.Name, c.Parent.Max); {
+		var opts []keycap.ParentOption
+		missing := false
+		if a := c.Parent.Adaptive; a != nil {
+			// what keycap would refuse as 0, said as what it is: missing
+			if a.Floor == 0 {
+				bad("parent.adaptive.floor", "required, at least 1: the fewest slots the total may go down to")
+			}
+			if a.Ceiling == 0 {
+				bad("parent.adaptive.ceiling", "required, at least the floor: the most slots the total may go up to")
+			}
+			missing = a.Floor == 0 || a.Ceiling == 0
+			opts = append(opts, keycap.WithAdaptive(a.adaptive()))
+		}
+		var inv *keycap.InvalidLimitError
+		switch p, err := keycap.NewParent(c.Parent.Name, c.Parent.Max, opts...); {
+		case err != nil && missing && errors.As(err, &inv) && strings.HasPrefix(inv.Field, "parent adaptive "):
+			// of the floor and ceiling said missing above
 		case err != nil:
 			errs = append(errs, specErrors(i, c.Name, err)...)
 		default:
 			spec.Parent = p
+			// keycap counts a shadow's parent at its max: the total is
+			// tuned by the enforced limits' work
+			l.adaptive = c.Parent.Adaptive != nil && !c.Shadow
 		}
 	}
 	if c.Name != "" && c.Max != nil {
@@ -226,8 +300,8 @@ func configField(goName string) string {
 	case "FailMode":
 		return "fail_mode"
 	}
-	if f, ok := strings.CutPrefix(goName, "parent "); ok { // NewParent's
-		return "parent." + f
+	if f, ok := strings.CutPrefix(goName, "parent "); ok { // NewParent's: "parent max", "parent adaptive floor"
+		return "parent." + strings.ReplaceAll(f, " ", ".")
 	}
 	return strings.ReplaceAll(strings.ToLower(goName), " ", "_")
 }

@@ -3,8 +3,12 @@ package caddykeycap_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/keycap/keycap/caddykeycap"
 )
 
 // Every Caddyfile and JSON block of docs/caddy.md is valid: caddy validate
@@ -44,6 +48,55 @@ func TestDocsExamplesAreValid(t *testing.T) {
 	}
 	if n < 5 {
 		t.Errorf("found %d Caddyfile and JSON blocks in docs/caddy.md, want at least 5", n)
+	}
+}
+
+// docs/caddy.md names every field of the configuration, as JSON spells it
+// (the Caddyfile's options are the same words): a field added to the
+// module is documented, and among the blocks TestDocsExamplesAreValid
+// checks, one sets a parent's adaptive total in each format.
+func TestDocsNameEveryField(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../docs/caddy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	seen := map[reflect.Type]bool{}
+	var walk func(path string, typ reflect.Type)
+	walk = func(path string, typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || typ.PkgPath() != reflect.TypeFor[caddykeycap.Handler]().PkgPath() || seen[typ] {
+			return
+		}
+		seen[typ] = true
+		for f := range typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			// `name`, `limits[]`, `parent <name> <max>`, `parent.adaptive`
+			if !regexp.MustCompile("`" + regexp.QuoteMeta(name) + "[`\\[ .]").MatchString(md) {
+				t.Errorf("docs/caddy.md does not name %s%s (`%s`)", path, name, name)
+			}
+			walk(path+name+".", f.Type)
+		}
+	}
+	walk("", reflect.TypeFor[caddykeycap.Handler]())
+	for _, typ := range []reflect.Type{reflect.TypeFor[caddykeycap.ParentConfig](), reflect.TypeFor[caddykeycap.AdaptiveConfig]()} {
+		if !seen[typ] {
+			t.Errorf("%v: not reached from the handler", typ)
+		}
+	}
+	var caddyfile, json bool
+	for _, b := range fencedBlocks(md) {
+		caddyfile = caddyfile || b.lang == "caddyfile" && strings.Contains(b.text, "\t\t\t\tadaptive ")
+		json = json || b.lang == "json" && strings.Contains(b.text, `"adaptive": {`)
+	}
+	if !caddyfile || !json {
+		t.Errorf("an adaptive parent in a Caddyfile block: %v, in a JSON block: %v; want both", caddyfile, json)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/keycap/keycap"
+	"github.com/keycap/keycap/store"
 )
 
 func init() {
@@ -40,6 +42,7 @@ type Handler struct {
 	Store *StoreConfig `json:"store,omitempty"`
 
 	limits     []limit
+	adaptive   bool // a limit has an adaptive parent: overloads are reported
 	limiter    *keycap.Limiter
 	limiterKey string // in limiters; "" when none is held
 }
@@ -67,11 +70,35 @@ func (h *Handler) Provision(caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	key, l, err := acquireLimiter(sc)
+	key, sl, err := acquireLimiter(sc)
 	if err != nil {
 		return err
 	}
-	h.limits, h.limiter, h.limiterKey = limits, l, key
+	if err := needTotals(limits, sc.Type, sl.features); err != nil {
+		_ = releaseLimiter(key)
+		return err
+	}
+	h.limits, h.limiter, h.limiterKey = limits, sl.limiter, key
+	h.adaptive = false
+	for i := range limits {
+		h.adaptive = h.adaptive || limits[i].adaptive
+	}
+	return nil
+}
+
+// needTotals refuses an adaptive parent on a store that cannot keep its
+// total (store.Totals), which keycap would otherwise refuse at every
+// request.
+func needTotals(limits []limit, storeType string, f store.Features) error {
+	if f.Has(store.Totals) {
+		return nil
+	}
+	for i := range limits {
+		if limits[i].adaptive {
+			return fieldError(i, limits[i].spec.Name, "parent.adaptive",
+				"the store (%s) cannot keep an adaptive total: it lacks %s", storeType, store.Totals)
+		}
+	}
 	return nil
 }
 
@@ -119,6 +146,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		limits = append(limits, l.spec.For(key))
 	}
 
+	if h.adaptive {
+		return h.serveAdaptive(w, r, repl, limits, next)
+	}
 	ran := false
 	err := h.limiter.Do(r.Context(), func(context.Context) error {
 		ran = true
@@ -128,6 +158,60 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return err // the next handler's
 	}
 	return h.refuse(w, r, repl, limits, err)
+}
+
+// serveAdaptive is ServeHTTP's end for a handler with an adaptive parent:
+// the next handler's outcome is read for overload signals, which the
+// lease reports to the parent's total.
+func (h *Handler) serveAdaptive(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, limits []keycap.Limit, next caddyhttp.Handler) error {
+	ran := false
+	err := h.limiter.Do(r.Context(), func(ctx context.Context) error {
+		ran = true
+		// the status the next handler writes, passed through as it
+		// comes: nothing is buffered
+		rec := caddyhttp.NewResponseRecorder(w, nil, nil)
+		err := next.ServeHTTP(rec, r)
+		if overloaded(rec.Status(), err) {
+			keycap.ReportOverload(ctx) // ctx carries the lease: its limits have an adaptive parent
+		}
+		return err
+	}, limits...)
+	if err == nil || ran {
+		return err // the next handler's
+	}
+	return h.refuse(w, r, repl, limits, err)
+}
+
+// overloaded reports whether the next handler's outcome — the status it
+// wrote, the error it returned — is an overload signal for an adaptive
+// parent: 429, 503, 504 or 529 (reverse_proxy passes on the upstream's,
+// and answers 504 when the upstream times out), or a timeout. The 429 and
+// 503 of another keycap handler further on are its limits' refusals, not
+// the backend's.
+func overloaded(status int, err error) bool {
+	if overloadStatus(status) {
+		return true
+	}
+	if err == nil {
+		return false
+	}
+	var le *keycap.LimitError
+	if errors.As(err, &le) || errors.Is(err, keycap.ErrStoreUnavailable) || errors.Is(err, keycap.ErrClosed) {
+		return false
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && overloadStatus(he.StatusCode) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
+}
+
+// overloadStatus reports whether a status says the backend cannot take
+// more.
+func overloadStatus(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable ||
+		code == http.StatusGatewayTimeout || code == 529
 }
 
 // refuse answers a request that got no slot.

@@ -14,7 +14,7 @@ import (
 )
 
 // provision makes a handler of its JSON, as Caddy loads it.
-func provision(t *testing.T, js string) (*caddykeycap.Handler, error) {
+func provision(t testing.TB, js string) (*caddykeycap.Handler, error) {
 	t.Helper()
 	h := new(caddykeycap.Handler)
 	if err := json.Unmarshal([]byte(js), h); err != nil {
@@ -47,6 +47,20 @@ func TestProvisionNamesTheField(t *testing.T) {
 		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":0}}]}`, `limit "a": parent.max: 0`},
 		{`{"limits":[{"name":"a","max":2,"parent":{"max":5}}]}`, `limit "a": parent.name: `},
 		{`{"limits":[{"name":"a","max":9,"parent":{"name":"p","max":5}}]}`, `limit "a": max: 9`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"ceiling":10}}}]}`, `limit "a": parent.adaptive.floor: required`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":1}}}]}`, `limit "a": parent.adaptive.ceiling: required`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":-1,"ceiling":10}}}]}`, `limit "a": parent.adaptive.floor: -1: must be at least 1`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":5,"ceiling":3}}}]}`, `limit "a": parent.adaptive.ceiling: 3: must be at least the floor (5)`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":20,"adaptive":{"floor":1,"ceiling":10}}}]}`, `limit "a": parent.adaptive.floor: 1: the parent's max (20), where the total starts, must be between the floor and the ceiling (10)`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":1,"ceiling":10,"interval":"5ms"}}}]}`, `limit "a": parent.adaptive.interval: 5ms: must be at least 10ms`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":1,"ceiling":10,"interval":-1}}}]}`, `limit "a": parent.adaptive.interval: -1ns: must be at least 10ms`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":1,"ceiling":10,"tolerance":1}}}]}`, `limit "a": parent.adaptive.tolerance: 1: must be above 1`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5,"adaptive":{"floor":1,"ceiling":10,"tolerance":-2}}}]}`, `limit "a": parent.adaptive.tolerance: -2: must be above 1`},
+		{`{"limits":[{"name":"a","max":20,"parent":{"name":"p","max":5,"adaptive":{"floor":1,"ceiling":10}}}]}`, `limit "a": max: 20: must be at most its parent "p"'s max (10)`},
+		{`{"limits":[{"name":"a","max":20,"parent":{"name":"p","max":5,"adaptive":{"floor":1,"ceiling":10,"shadow":true}}}]}`, `limit "a": max: 20: must be at most its parent "p"'s max (5)`},
+		{`{"limits":[{"name":"a","max":4,"weight":3,"parent":{"name":"p","max":5,"adaptive":{"floor":2,"ceiling":10}}}]}`, `limit "a": weight: 3: must be at most its parent "p"'s floor (2)`},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"","max":5,"adaptive":{"floor":1}}}]}`, `limit "a": parent.name: `},
+		{`{"limits":[{"name":"a","max":2,"parent":{"name":"p","max":5}},{"name":"b","max":2,"parent":{"name":"p","max":5}}]}`, `limit "b": parent.name: "p" is also the parent of limit "a"`},
 		{`{"limits":[{"name":"a","max":1,"fail_mode":"sometimes"}]}`, `limit "a": fail_mode: "sometimes"`},
 		{`{"limits":[{"name":"a","max":1,"empty_key":"skip"}]}`, `limit "a": empty_key: "skip"`},
 		{`{"limits":[{"name":"a","max":1,"retry_after":-1}]}`, `limit "a": retry_after: -1ns`},

@@ -99,8 +99,9 @@ func caddyCmd(t testing.TB, env []string, args ...string) (string, error) {
 }
 
 // startCaddy runs "caddy run" on caddyfile, stopped when t ends, and returns
-// once Caddy says it serves its configuration (within 30 seconds).
-func startCaddy(t testing.TB, caddyfile string, env ...string) {
+// once Caddy says it serves its configuration (within 30 seconds), with
+// what Caddy logs.
+func startCaddy(t testing.TB, caddyfile string, env ...string) *caddyLog {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Caddyfile")
@@ -130,17 +131,15 @@ func startCaddy(t testing.TB, caddyfile string, env ...string) {
 	// Caddy logs to stderr; "serving initial configuration" comes once
 	// every server listens.
 	ready := make(chan struct{})
-	var mu sync.Mutex
-	var log strings.Builder
+	log := newCaddyLog()
 	go func() {
 		defer close(exited)
+		defer log.end()
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		said := false
 		for sc.Scan() {
-			mu.Lock()
-			log.WriteString(sc.Text() + "\n")
-			mu.Unlock()
+			log.add(sc.Text())
 			if !said && strings.Contains(sc.Text(), "serving initial configuration") {
 				said = true
 				close(ready)
@@ -152,12 +151,68 @@ func startCaddy(t testing.TB, caddyfile string, env ...string) {
 	select {
 	case <-ready:
 	case <-exited:
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("caddy exited before serving:\n%s", log.String())
+		t.Fatalf("caddy exited before serving:\n%s", log)
 	case <-time.After(30 * time.Second):
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("caddy did not serve within 30s:\n%s", log.String())
+		t.Fatalf("caddy did not serve within 30s:\n%s", log)
 	}
+	return log
+}
+
+// caddyLog is what a Caddy of startCaddy logged, line by line (JSON, as
+// Caddy logs when its output is not a terminal).
+type caddyLog struct {
+	mu    sync.Mutex
+	lines []string
+	more  chan struct{} // closed, and replaced, at each line and at the end
+	ended bool
+}
+
+func newCaddyLog() *caddyLog { return &caddyLog{more: make(chan struct{})} }
+
+func (l *caddyLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	close(l.more)
+	l.more = make(chan struct{})
+}
+
+// end says Caddy logs no more.
+func (l *caddyLog) end() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ended = true
+	close(l.more)
+	l.more = make(chan struct{})
+}
+
+// line returns the i-th line (from 0), waiting for it until deadline; false
+// when Caddy did not log it by then.
+func (l *caddyLog) line(i int, deadline time.Time) (string, bool) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		if i < len(l.lines) {
+			defer l.mu.Unlock()
+			return l.lines[i], true
+		}
+		more, ended := l.more, l.ended
+		l.mu.Unlock()
+		if ended {
+			return "", false
+		}
+		select {
+		case <-more:
+		case <-timer.C:
+			return "", false
+		}
+	}
+}
+
+// String returns the whole log.
+func (l *caddyLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/keycap/keycap"
 	"github.com/keycap/keycap/memstore"
 	"github.com/keycap/keycap/redisstore"
+	"github.com/keycap/keycap/store"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -139,8 +140,9 @@ var limiters = caddy.NewUsagePool()
 // sharedLimiter is a Limiter in the pool; the pool destructs it when its
 // last handler is cleaned up.
 type sharedLimiter struct {
-	limiter *keycap.Limiter
-	client  redis.UniversalClient // nil for memory
+	limiter  *keycap.Limiter
+	client   redis.UniversalClient // nil for memory
+	features store.Features        // the store's
 }
 
 // Destruct implements caddy.Destructor.
@@ -162,13 +164,13 @@ func (c StoreConfig) poolKey() string {
 
 // acquireLimiter returns the Limiter of c (resolved), making it when no
 // handler uses one yet; release it with releaseLimiter(key).
-func acquireLimiter(c StoreConfig) (key string, l *keycap.Limiter, err error) {
+func acquireLimiter(c StoreConfig) (key string, l *sharedLimiter, err error) {
 	key = c.poolKey()
 	v, _, err := limiters.LoadOrNew(key, func() (caddy.Destructor, error) { return newLimiter(c) })
 	if err != nil {
 		return "", nil, err
 	}
-	return key, v.(*sharedLimiter).limiter, nil
+	return key, v.(*sharedLimiter), nil
 }
 
 func releaseLimiter(key string) error {
@@ -177,16 +179,17 @@ func releaseLimiter(key string) error {
 }
 
 func newLimiter(c StoreConfig) (*sharedLimiter, error) {
-	opts := []keycap.Option{keycap.WithObserver(keycap.ObserverFunc(logOutages))}
+	opts := []keycap.Option{keycap.WithObserver(keycap.ObserverFunc(logEvents))}
 	if c.Budget > 0 {
 		opts = append(opts, keycap.WithDecisionBudget(time.Duration(c.Budget)))
 	}
 	if c.Type == StoreMemory {
-		l, err := keycap.NewLimiter(memstore.New(), opts...)
+		st := memstore.New()
+		l, err := keycap.NewLimiter(st, opts...)
 		if err != nil {
 			return nil, err
 		}
-		return &sharedLimiter{limiter: l}, nil
+		return &sharedLimiter{limiter: l, features: st.Features()}, nil
 	}
 	var tlsConf *tls.Config
 	if c.TLS {
@@ -208,17 +211,17 @@ func newLimiter(c StoreConfig) (*sharedLimiter, error) {
 	if err == nil {
 		var l *keycap.Limiter
 		if l, err = keycap.NewLimiter(st, opts...); err == nil {
-			return &sharedLimiter{limiter: l, client: client}, nil
+			return &sharedLimiter{limiter: l, client: client, features: st.Features()}, nil
 		}
 	}
 	_ = client.Close()
 	return nil, fmt.Errorf("keycap: store: %w", err)
 }
 
-// logOutages logs the events an operator must see — the store's outages and
-// recoveries, slots lost — to Caddy's log; the per-request events are left
-// to metrics.
-func logOutages(e keycap.Event) {
+// logEvents logs the events an operator must see — the store's outages and
+// recoveries, slots lost, an adaptive total that moved — to Caddy's log;
+// the per-request events are left to metrics.
+func logEvents(e keycap.Event) {
 	log := func() *zap.Logger { return caddy.Log().Named("http.handlers.keycap") }
 	switch e.Kind {
 	case keycap.StoreFailed:
@@ -233,5 +236,12 @@ func logOutages(e keycap.Event) {
 	case keycap.ProcessOverloaded:
 		log().Warn("store call over its budget while Caddy was overloaded; the fail mode applied",
 			zap.String("limit", e.Limit.Name()), zap.Error(e.Err))
+	case keycap.TotalChanged: // at most once an interval per parent: keycap.Limiter.Tuning's fields
+		if t := e.Tuning; t != nil {
+			log().Info("adaptive total changed", zap.String("parent", t.Parent), zap.Int("total", t.Total),
+				zap.Int("previous", t.Previous), zap.String("reason", t.Reason), zap.Bool("shadow", t.Shadow),
+				zap.Int64("version", t.Version), zap.Duration("mean", t.Mean), zap.Duration("baseline", t.Baseline),
+				zap.Float64("in_flight", t.InFlight), zap.Int64("completed", t.Completed), zap.Int64("overloads", t.Overloads))
+		}
 	}
 }
