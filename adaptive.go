@@ -15,11 +15,12 @@ import (
 //
 // The rule (docs/architecture.md, "Adaptive totals"): overload signals on
 // at least 1 % of the work cut the total to 9/10; a mean latency above
-// Tolerance × the no-load latency (the lowest seen) cuts it to 9/10 of the
-// capacity Little's law gives (slots in flight × no-load ÷ mean), by half
-// at most; work in flight that fills at least 80 % of the total grows it
-// by a tenth; anything else — no samples, demand below the total — holds
-// it.
+// Tolerance × the no-load latency (the lowest seen), or above half that
+// tolerance with the total full, cuts it to 9/10 of the capacity Little's
+// law gives (slots in flight × no-load ÷ mean), by half at most; work in
+// flight that fills at least 80 % of the total grows it by a tenth, and
+// after a cut straight back to the capacity met, then a slot at a time;
+// anything else — no samples, demand below the total — holds it.
 //
 // The total is one value in the store, agreed by every process: each
 // process reports its samples of an interval to the store, and the first

@@ -9,7 +9,10 @@
 //     RESOURCE_EXHAUSTED, an error the caller classified), the total is
 //     cut to 9/10 — multiplicative decrease, as TCP and AIMD limiters do.
 //  2. Latency: when the mean latency of the work that completed is above
-//     Tolerance × the no-load latency, the backend is queueing. By Little's
+//     Tolerance × the no-load latency — or above half of that tolerance
+//     (1.05 × for a tolerance of 1.1) while the work in flight fills the
+//     total, a total a slot or two past the capacity — the backend is
+//     queueing. By Little's
 //     law the concurrency it sustains at no-load latency is about
 //     in-flight × no-load ÷ mean: the total goes to 9/10 of that — below
 //     the estimate, so that the no-load latency is seen again and the
@@ -21,16 +24,21 @@
 //     or demand below the total — it holds: a total fed nothing never
 //     drifts to the floor or the ceiling by itself.
 //
-// Growth remembers the last overload: for 40 intervals after one, the
-// total grows fast only up to one slot below the total that met it, and
-// probes that total one slot at a time, once every 8 intervals. So a hard
+// Growth remembers the last overload or latency cut: for 40 intervals after
+// one, the total returns at once (doubling at most) to one slot below the
+// total that met the overload, or to the capacity the latency cut
+// estimated, and probes above it one slot at a time, once every 8
+// intervals. So a hard
 // limit that answers overload at once — a vendor's hidden concurrency, a
 // pool of connections — is found and then touched rarely (about one
 // interval in ten), instead of every other interval; after 40 calm
 // intervals the memory is dropped and a backend that grew is found again
-// at full speed. (A latency cut sets no such memory: its estimate rests
-// on the no-load latency, which deep cuts keep honest, and slow probing
-// would keep the total above the capacity without seeing it.)
+// at full speed. A latency cut dips below the estimate for one interval,
+// so that the no-load latency is seen again, and a probe past the
+// capacity is seen by the half-tolerance rule: the total holds at the
+// capacity instead of sawing a tenth above and below it. Reports of the
+// two intervals after a cut may predate it: they may cut deeper, not by
+// a further step.
 //
 // The no-load latency is learned from the work itself: the lowest interval
 // mean seen (the first interval's, to begin with), allowed to rise by 1 %
@@ -155,6 +163,10 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 		}
 	}
 	v := float64(s.Value)
+	// Queueing: the latency past the tolerance, or past half of it with
+	// the total full (a total a slot or two above the capacity).
+	queueing := r.Done > 0 && (float64(n.Mean) > c.Tolerance*float64(n.Baseline) ||
+		n.InFlight >= busy*v && float64(n.Mean) > (1+(c.Tolerance-1)/2)*float64(n.Baseline))
 	switch ended := r.Done + r.Overloads; {
 	case ended == 0:
 		n.Reason = NoSample
@@ -170,9 +182,23 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 		if n.InFlight > 0 {
 			n.Overloaded = min(s.Value, int(math.Ceil(n.InFlight)))
 		}
-	case r.Done > 0 && float64(n.Mean) > c.Tolerance*float64(n.Baseline):
+	case queueing:
+		// Little's law: the concurrency the backend sustains at the
+		// no-load latency; the total goes below it (headroom), so that the
+		// no-load latency is seen again.
 		capacity := n.InFlight * float64(n.Baseline) / float64(n.Mean)
-		n.Reason, v = Latency, math.Min(math.Floor(math.Max(capacity*headroom, v*maxCut)), v-1)
+		cut := math.Floor(math.Max(capacity*headroom, v*maxCut))
+		n.Reason = Latency
+		if s.Overloaded > 0 && s.Calm < aftermath {
+			// The reports right after a cut may predate it: they cut
+			// deeper if they say so, but not by a further step.
+			v = math.Min(v, cut)
+			n.Overloaded = min(s.Overloaded, int(math.Ceil(capacity))+1)
+		} else {
+			v = math.Min(cut, v-1)
+			// Growth returns to the capacity at once, then probes it.
+			n.Overloaded, n.Calm = int(math.Ceil(capacity))+1, 0
+		}
 	case n.InFlight >= busy*v:
 		n.Reason, v = Grown, grow(v, n)
 	default:
@@ -206,7 +232,7 @@ func grow(v float64, n State) float64 {
 	edge := float64(n.Overloaded - 1) // the most below the total that met the overload
 	switch {
 	case v < edge:
-		return math.Min(next, edge)
+		return math.Min(math.Max(next, 2*v), edge) // back at once, if no more than doubling
 	case n.Calm%probeEvery == 0:
 		return v + 1 // a probe, one slot
 	default:

@@ -238,3 +238,41 @@ func TestInfiniteToleranceIgnoresLatency(t *testing.T) {
 		t.Fatalf("an overloaded interval: %d (%s), want a cut", n.Value, n.Reason)
 	}
 }
+
+// TestHoldsNearTheCapacity: with the reports an interval late, as the
+// store delivers them (each interval is decided from the one before), and
+// latency noise of ±2 %, a full total stays near the capacity instead of
+// sawing above and below it: what a request pays in queueing and what the
+// backend loses in idle slots are both small.
+func TestHoldsNearTheCapacity(t *testing.T) {
+	c := Config{Floor: 1, Ceiling: 400, Tolerance: 1.1}
+	for _, capacity := range []int{10, 20, 40, 100} {
+		st := State{Value: 2 * capacity, Baseline: 20 * time.Millisecond}
+		var late Report // the report of the interval before
+		var sum, over, under int
+		seed := uint32(capacity)
+		const settle, n = 40, 400
+		for i := range n {
+			r := backend(capacity, 20*time.Millisecond, 4*capacity, st.Value)
+			seed = seed*1664525 + 1013904223 // the latency's noise
+			noise := 1 + 0.04*(float64(seed>>8)/float64(1<<24)-0.5)
+			r.Latency = time.Duration(float64(r.Latency) * noise)
+			st, late = Next(c, st, interval, []Report{late}), r
+			if i >= settle {
+				sum += st.Value
+				if st.Value > capacity+capacity/10+1 {
+					over++
+				}
+				if st.Value < capacity-capacity/10-1 {
+					under++
+				}
+			}
+		}
+		mean := float64(sum) / (n - settle)
+		t.Logf("C %d: mean total %.1f; above C+10 %% %d, below C-10 %% %d of %d intervals", capacity, mean, over, under, n-settle)
+		if mean < 0.95*float64(capacity) || mean > 1.05*float64(capacity) || over+under > (n-settle)/10 {
+			t.Errorf("C %d: mean total %.1f, %d intervals more than 10 %% above and %d below: want within 5 %% and 90 %% of intervals within 10 %%",
+				capacity, mean, over, under)
+		}
+	}
+}
