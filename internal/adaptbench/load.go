@@ -64,6 +64,15 @@ func phaseAt(phases []Phase, t time.Duration) int {
 	return -1
 }
 
+// phaseStart returns when phase i begins.
+func phaseStart(phases []Phase, i int) time.Duration {
+	var start time.Duration
+	for _, p := range phases[:i] {
+		start += p.Duration
+	}
+	return start
+}
+
 // Tenant names tenant i; tenant 0 floods.
 func Tenant(i int) string { return fmt.Sprintf("t%02d", i) }
 

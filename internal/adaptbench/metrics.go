@@ -14,6 +14,10 @@ const (
 	goodBand   = 0.15                   // goodput within ±15 % of steady…
 	goodFloor  = 0.1                    // …or ±0.1 of C/S, whichever is wider
 	p99Band    = 1.25                   // p99 ≤ max(SLO, 1.25 × steady p99)
+	// settleBudget is how long a step may take to settle (issue 30's
+	// aim): a phase's p99 after it is the one a strategy holds once
+	// settled.
+	settleBudget = 2 * time.Second
 )
 
 // Result is one strategy's measurements, over its rounds.
@@ -50,8 +54,11 @@ type Result struct {
 // PhaseResult is one phase's measurements.
 type PhaseResult struct {
 	Phase
-	Goodput                float64
-	P50, P99               time.Duration
+	Goodput  float64
+	P50, P99 time.Duration
+	// P99Settled is the p99 of the requests that arrived settleBudget
+	// or more after the phase began (0: none did).
+	P99Settled             time.Duration
 	ErrorRate, RefusedRate float64
 	Peak                   int
 	// MeanLimit is the mean total limit (NaN: no limit).
@@ -82,6 +89,7 @@ func Analyze(cfg *Config, name string, runs []*runData) Result {
 	type counts struct{ offered, errors, refused, failed int }
 	pc := make([]counts, len(phases))
 	plat := make([][]int64, len(phases))
+	settled := make([][]int64, len(phases)) // plat's, from settleBudget into the phase
 	var all []int64
 	perTenant := make([]float64, cfg.Tenants)
 	var goodBacklogged float64
@@ -93,6 +101,9 @@ func Analyze(cfg *Config, name string, runs []*runData) Result {
 				switch r.Kind {
 				case kindOK:
 					plat[i] = append(plat[i], r.Latency)
+					if at-phaseStart(phases, i) >= settleBudget {
+						settled[i] = append(settled[i], r.Latency)
+					}
 					all = append(all, r.Latency)
 				case kindError:
 					pc[i].errors++
@@ -141,6 +152,7 @@ func Analyze(cfg *Config, name string, runs []*runData) Result {
 		capacity += perSec(p) * p.Duration.Seconds()
 		pr := PhaseResult{Phase: p, Goodput: g / p.Duration.Seconds() / perSec(p), MeanLimit: math.NaN()}
 		pr.P50, pr.P99 = percentile(plat[i], 0.5), percentile(plat[i], 0.99)
+		pr.P99Settled = percentile(settled[i], 0.99)
 		if pc[i].offered > 0 {
 			pr.ErrorRate = float64(pc[i].errors) / float64(pc[i].offered)
 			pr.RefusedRate = float64(pc[i].refused) / float64(pc[i].offered)

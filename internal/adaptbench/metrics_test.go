@@ -65,6 +65,8 @@ func TestAnalyze(t *testing.T) {
 	add(4500*time.Millisecond, 7900*time.Millisecond, 25*time.Millisecond, kindOK, lat)    // 40/s from 4.6 s
 	add(4000*time.Millisecond, 8000*time.Millisecond, 20*time.Millisecond, kindRefused, 0) // refusals in b
 	add(4000*time.Millisecond, 4100*time.Millisecond, 10*time.Millisecond, kindError, 5000)
+	// slow ones in a's first 2 s (the settle budget), none after
+	add(50*time.Millisecond, 650*time.Millisecond, 100*time.Millisecond, kindOK, 3*lat)
 	res := Analyze(cfg, "x", []*runData{rd})
 
 	near := func(what string, got, want, tol float64) {
@@ -77,8 +79,12 @@ func TestAnalyze(t *testing.T) {
 	near("goodput a", res.Phases[0].Goodput, 390.0/400, 0.01)
 	near("goodput b", res.Phases[1].Goodput, 136.0/200, 0.01)
 	near("goodput", res.Goodput, (390.0+136)/600, 0.01)
-	if res.P50 != 100*time.Millisecond || res.P99 != 100*time.Millisecond {
+	// 6 slow of 532 served, all in a's first 2 s
+	if res.P50 != 100*time.Millisecond || res.P99 != 300*time.Millisecond {
 		t.Errorf("p50 %v p99 %v", res.P50, res.P99)
+	}
+	if p := res.Phases[0]; p.P99 != 300*time.Millisecond || p.P99Settled != 100*time.Millisecond {
+		t.Errorf("a: p99 %v, after 2 s %v; want 300ms and 100ms", p.P99, p.P99Settled)
 	}
 	near("refused b", res.Phases[1].RefusedRate, 200.0/(136+200+10), 0.001)
 	near("errors b", res.Phases[1].ErrorRate, 10.0/(136+200+10), 0.001)

@@ -52,12 +52,12 @@ func (r *Report) Markdown(w io.Writer) error {
 			strings.Join(settle, " / "), num(res.Jain, 3), pct(res.FloodShare), res.Peak)
 	}
 
-	b.WriteString("\n| strategy | phase | C | goodput | p50 | p99 | errors | refused | peak in-flight | total limit |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "\n| strategy | phase | C | goodput | p50 | p99 | p99 after %s | errors | refused | peak in-flight | total limit |\n", settleBudget)
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, res := range r.Results {
 		for _, p := range res.Phases {
-			fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %s | %s | %s | %s | %d | %s |\n",
-				res.Strategy, p.Name, p.Capacity, p.Goodput, ms(p.P50), ms(p.P99), pct(p.ErrorRate), pct(p.RefusedRate),
+			fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %s | %s | %s | %s | %s | %d | %s |\n",
+				res.Strategy, p.Name, p.Capacity, p.Goodput, ms(p.P50), ms(p.P99), ms(p.P99Settled), pct(p.ErrorRate), pct(p.RefusedRate),
 				p.Peak, num(p.MeanLimit, 1))
 		}
 	}
