@@ -14,13 +14,15 @@ import (
 // RESOURCE_EXHAUSTED). It starts from the parent's max.
 //
 // The rule (docs/architecture.md, "Adaptive totals"): overload signals on
-// at least 1 % of the work cut the total to 9/10; a mean latency above
-// Tolerance × the no-load latency (the lowest seen), or above half that
-// tolerance with the total full, cuts it to 9/10 of the capacity Little's
-// law gives (slots in flight × no-load ÷ mean), by half at most; work in
-// flight that fills at least 80 % of the total grows it by a tenth, and
-// after a cut straight back to the capacity met, then a slot at a time;
-// anything else — no samples, demand below the total — holds it.
+// at least 1 % of the work cut the total to 9/10; a mean latency (less
+// two standard errors) above Tolerance × the no-load latency (the lowest
+// seen), or above half that tolerance with the total full, cuts it to
+// 9/10 of the capacity it estimates (the larger of Little's law, slots in
+// flight × no-load ÷ mean, and throughput × no-load), by half at most;
+// work in flight that fills at least 80 % of the total grows it by a
+// tenth, and after a cut straight back to the capacity met, then a slot
+// at a time; anything else — no samples, demand below the total — holds
+// it.
 //
 // The total is one value in the store, agreed by every process: each
 // process reports its samples of an interval to the store, and the first

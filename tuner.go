@@ -141,7 +141,8 @@ type tuner struct {
 	// count a slot for the whole life of the Limiter); the counts are
 	// atomics.
 	sample                        sync.Mutex
-	held, load                    int64 // guarded by sample
+	held, load                    int64   // guarded by sample
+	squares                       float64 // the latencies squared, in µs²; guarded by sample
 	completed, overloads, latency atomic.Int64
 
 	mu       sync.Mutex // guards the rest
@@ -213,9 +214,13 @@ func (t *tuner) holding() bool {
 // overload signal. A slot ends in the tuner that counted its start.
 func (t *tuner) ended(w int, held time.Duration, overloaded bool) {
 	now := int64(t.l.now())
+	us := float64(held) / float64(time.Microsecond)
 	t.sample.Lock()
 	t.held -= int64(w)
 	t.load += int64(w) * now
+	if !overloaded {
+		t.squares += us * us
+	}
 	t.sample.Unlock()
 	if overloaded {
 		t.overloads.Add(1)
@@ -233,6 +238,7 @@ func (t *tuner) take(now time.Duration) tune.Report {
 	r := tune.Report{Done: t.completed.Swap(0), Overloads: t.overloads.Swap(0), Latency: time.Duration(t.latency.Swap(0))}
 	t.sample.Lock()
 	defer t.sample.Unlock()
+	r.Squares, t.squares = tune.Squares(t.squares), 0
 	// the slot-time so far, and the slots still held start the next
 	// interval from now
 	r.Load = max(time.Duration(t.load+t.held*int64(now)), 0)

@@ -8,16 +8,22 @@
 //     piece) ended with an overload signal (a timeout, a 429, 503 or 529,
 //     RESOURCE_EXHAUSTED, an error the caller classified), the total is
 //     cut to 9/10 — multiplicative decrease, as TCP and AIMD limiters do.
-//  2. Latency: when the mean latency of the work that completed is above
-//     Tolerance × the no-load latency — or above half of that tolerance
-//     (1.05 × for a tolerance of 1.1) while the work in flight fills the
-//     total, a total a slot or two past the capacity — the backend is
-//     queueing. By Little's
-//     law the concurrency it sustains at no-load latency is about
-//     in-flight × no-load ÷ mean: the total goes to 9/10 of that — below
-//     the estimate, so that the no-load latency is seen again and the
-//     estimate stays honest — but never below half of what it was (a
-//     bounded step).
+//  2. Latency: when the mean latency of the work that completed, less
+//     twice its standard error, is above Tolerance × the no-load latency
+//     — or above half of that tolerance (1.05 × for a tolerance of 1.1)
+//     while the work in flight fills the total, a total a slot or two
+//     past the capacity — the backend is queueing. The standard error
+//     comes from the reports (Report.Squares): an interval's mean is a
+//     mean of a few dozen samples at a small total, and without it a
+//     total at its no-load latency was read as queueing by chance often
+//     enough to ratchet it down. The concurrency the backend sustains at
+//     the no-load latency is estimated two ways — by Little's law (in
+//     flight × no-load ÷ mean) and as its throughput × the no-load
+//     latency (BBR's bandwidth-delay product) — and the larger is taken:
+//     a surge biases the first low, the drain after a cut the second.
+//     The total goes to 9/10 of it — below the estimate, so that the
+//     no-load latency is seen again and the estimate stays honest — but
+//     never below half of what it was (a bounded step).
 //  3. Demand: when the work in flight filled at least 80 % of the total on
 //     average, and neither signal fired, the total grows by a tenth (at
 //     least one slot): the backend may take more. Otherwise — no samples,
@@ -28,17 +34,20 @@
 // one, the total returns at once (doubling at most) to one slot below the
 // total that met the overload, or to the capacity the latency cut
 // estimated, and probes above it one slot at a time, once every 8
-// intervals. So a hard
-// limit that answers overload at once — a vendor's hidden concurrency, a
-// pool of connections — is found and then touched rarely (about one
-// interval in ten), instead of every other interval; after 40 calm
-// intervals the memory is dropped and a backend that grew is found again
-// at full speed. A latency cut dips below the estimate for one interval,
-// so that the no-load latency is seen again, and a probe past the
-// capacity is seen by the half-tolerance rule: the total holds at the
-// capacity instead of sawing a tenth above and below it. Reports of the
-// two intervals after a cut may predate it: they may cut deeper, not by
-// a further step.
+// intervals. So a hard limit that answers overload at once — a vendor's
+// hidden concurrency, a pool of connections — is found and then touched
+// rarely (about one interval in ten), instead of every other interval;
+// after 40 calm intervals the memory is dropped and a backend that grew
+// is found again at full speed. A latency estimate is softer: a probe
+// above it whose report met nothing raises it, and the next probe follows
+// at once (a slot every two intervals, the reports being an interval
+// late), so an estimate that a transient made low is corrected within
+// seconds; a probe met by queueing while the estimate agrees with the
+// memory (within a slot) goes back to it, instead of below. Otherwise the
+// memory or the no-load latency is wrong, and the cut below the estimate
+// measures them again. Reports of the two intervals after a cut may
+// predate it: past the tolerance they may cut deeper, not by a further
+// step; under it they hold.
 //
 // The no-load latency is learned from the work itself: the lowest interval
 // mean seen (the first interval's, to begin with), allowed to rise by 1 %
@@ -73,6 +82,7 @@ const (
 	probeEvery    = 8    // intervals between probes of the total that last met an overload
 	forgetAfter   = 40   // intervals after which that total is forgotten
 	aftermath     = 2    // intervals after a cut whose overloads predate it
+	margin        = 2    // standard errors of an interval's mean latency that count as noise
 )
 
 // Config bounds a total.
@@ -89,6 +99,7 @@ type Report struct {
 	Done      int64         // work that completed with no overload signal
 	Overloads int64         // work that ended with an overload signal
 	Latency   time.Duration // the sum of Done's durations
+	Squares   int64         // the sum of Done's durations squared, in µs²: their spread (0 or math.MaxInt64: not reported)
 	Load      time.Duration // slot-time in flight over the interval: the integral of the slots held
 }
 
@@ -97,7 +108,37 @@ func (s *Report) Add(r Report) {
 	s.Done += r.Done
 	s.Overloads += r.Overloads
 	s.Latency += r.Latency
+	s.Squares = addSquares(s.Squares, r.Squares)
 	s.Load += r.Load
+}
+
+// Squares returns a sum of squared latencies, in µs², as a Report
+// holds it: saturated at math.MaxInt64 (work held for hours), which
+// reads as not reported.
+func Squares(us2 float64) int64 {
+	if us2 >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(us2)
+}
+
+func addSquares(a, b int64) int64 {
+	if a < 0 || b < 0 || a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// stderr returns the standard error of r's mean latency, in
+// nanoseconds: 0 when r does not say (no Squares, or saturated).
+func (r Report) stderr() float64 {
+	if r.Done < 2 || r.Squares <= 0 || r.Squares == math.MaxInt64 {
+		return 0
+	}
+	n := float64(r.Done)
+	mean := float64(r.Latency) / n / 1e3 // µs
+	variance := float64(r.Squares)/n - mean*mean
+	return math.Sqrt(max(variance, 0)/n) * 1e3
 }
 
 // Empty reports whether r holds no sample of ended work.
@@ -133,6 +174,10 @@ type State struct {
 	// the intervals since.
 	Overloaded int
 	Calm       int
+	// Estimated: Overloaded is a latency cut's estimate of the capacity,
+	// not a total that met an overload; a probe above it that meets
+	// nothing raises it at once.
+	Estimated bool
 	// The last interval's merged inputs, for those who report them.
 	Mean     time.Duration // mean latency of completed work; 0: none
 	InFlight float64       // average slots in flight
@@ -148,9 +193,9 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 		r.Add(x)
 	}
 	n := State{Value: s.Value, Baseline: s.Baseline, Done: r.Done, Overload: r.Overloads,
-		Overloaded: s.Overloaded, Calm: s.Calm + 1}
+		Overloaded: s.Overloaded, Calm: s.Calm + 1, Estimated: s.Estimated}
 	if n.Calm > forgetAfter {
-		n.Overloaded = 0
+		n.Overloaded, n.Estimated = 0, false
 	}
 	if interval > 0 {
 		n.InFlight = float64(r.Load) / float64(interval)
@@ -164,9 +209,12 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 	}
 	v := float64(s.Value)
 	// Queueing: the latency past the tolerance, or past half of it with
-	// the total full (a total a slot or two above the capacity).
-	queueing := r.Done > 0 && (float64(n.Mean) > c.Tolerance*float64(n.Baseline) ||
-		n.InFlight >= busy*v && float64(n.Mean) > (1+(c.Tolerance-1)/2)*float64(n.Baseline))
+	// the total full (a total a slot or two above the capacity); the
+	// mean less its noise, so that a backend at its no-load latency is
+	// not read as queueing by chance.
+	low := float64(n.Mean) - margin*r.stderr()
+	heavy := r.Done > 0 && low > c.Tolerance*float64(n.Baseline)
+	queueing := heavy || r.Done > 0 && n.InFlight >= busy*v && low > (1+(c.Tolerance-1)/2)*float64(n.Baseline)
 	switch ended := r.Done + r.Overloads; {
 	case ended == 0:
 		n.Reason = NoSample
@@ -178,29 +226,47 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 		n.Reason, v = Overload, Cut(s.Value)
 		// What met the overload is what was in flight, not a total that
 		// grew while the reports were on their way.
-		n.Overloaded, n.Calm = s.Value, 0
+		n.Overloaded, n.Calm, n.Estimated = s.Value, 0, false
 		if n.InFlight > 0 {
 			n.Overloaded = min(s.Value, int(math.Ceil(n.InFlight)))
 		}
 	case queueing:
-		// Little's law: the concurrency the backend sustains at the
-		// no-load latency; the total goes below it (headroom), so that the
-		// no-load latency is seen again.
+		// The concurrency the backend sustains at the no-load latency,
+		// two ways: by Little's law (in flight × no-load ÷ mean) and as
+		// its throughput × the no-load latency (BBR's bandwidth-delay
+		// product). A surge biases the first low (the work that completed
+		// started before the queue built), the drain after a cut the
+		// second (the work in flight falls at once, what completes still
+		// queued): the larger of the two. The total goes below it
+		// (headroom), so that the no-load latency is seen again.
 		capacity := n.InFlight * float64(n.Baseline) / float64(n.Mean)
+		if interval > 0 {
+			capacity = math.Max(capacity, float64(r.Done)*float64(n.Baseline)/float64(interval))
+		}
 		cut := math.Floor(math.Max(capacity*headroom, v*maxCut))
 		n.Reason = Latency
-		if s.Overloaded > 0 && s.Calm < aftermath {
-			// The reports right after a cut may predate it: they cut
-			// deeper if they say so, but not by a further step.
-			v = math.Min(v, cut)
-			n.Overloaded = min(s.Overloaded, int(math.Ceil(capacity))+1)
-		} else {
+		switch {
+		case s.Overloaded > 0 && s.Value >= s.Overloaded-1 && capacity >= float64(s.Overloaded-2):
+			// A probe past the capacity remembered, met, and the estimate
+			// agrees with it (within a slot): back to it. Otherwise the
+			// memory or the no-load latency is wrong, and the cut below
+			// measures them again.
+			v = float64(s.Overloaded - 1)
+		case s.Overloaded > 0 && s.Calm < aftermath:
+			// The reports right after a cut may predate it: past the
+			// tolerance, they cut deeper if they say so, but not by a
+			// further step; under it, they hold.
+			if heavy {
+				v = math.Min(v, cut)
+				n.Overloaded = min(s.Overloaded, int(math.Ceil(capacity))+1)
+			}
+		default:
 			v = math.Min(cut, v-1)
 			// Growth returns to the capacity at once, then probes it.
-			n.Overloaded, n.Calm = int(math.Ceil(capacity))+1, 0
+			n.Overloaded, n.Calm, n.Estimated = int(math.Ceil(capacity))+1, 0, true
 		}
 	case n.InFlight >= busy*v:
-		n.Reason, v = Grown, grow(v, n)
+		n.Reason, v = Grown, grow(v, &n)
 	default:
 		n.Reason = Steady
 	}
@@ -223,8 +289,8 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 func Cut(v int) float64 { return math.Min(math.Floor(float64(v)*backoff), float64(v-1)) }
 
 // grow returns the total after growth from v, given the memory of the
-// last overload in n.
-func grow(v float64, n State) float64 {
+// last overload in n, which it updates.
+func grow(v float64, n *State) float64 {
 	next := v + math.Max(1, v*growth)
 	if n.Overloaded == 0 {
 		return next
@@ -233,6 +299,12 @@ func grow(v float64, n State) float64 {
 	switch {
 	case v < edge:
 		return math.Min(math.Max(next, 2*v), edge) // back at once, if no more than doubling
+	case n.Estimated && v > edge && n.Calm%probeEvery == 2:
+		// A probe above an estimate whose report met nothing: the
+		// capacity is above it. The estimate rises to it, and the next
+		// probe follows at once.
+		n.Overloaded, n.Calm = int(v)+1, 0
+		return v + 1
 	case n.Calm%probeEvery == 0:
 		return v + 1 // a probe, one slot
 	default:
@@ -242,8 +314,8 @@ func grow(v float64, n State) float64 {
 
 // The encodings below are what stores keep: opaque bytes to them.
 const (
-	reportVersion = 1
-	stateVersion  = 2
+	reportVersion = 2
+	stateVersion  = 3
 )
 
 // ErrEncoding is the error of bytes that are not a report or a state of
@@ -253,39 +325,57 @@ var ErrEncoding = errors.New("tune: not an encoded report or state")
 // Encode returns r as bytes.
 func (r Report) Encode() []byte {
 	b := []byte{reportVersion}
-	for _, v := range []int64{r.Done, r.Overloads, int64(r.Latency), int64(r.Load)} {
+	for _, v := range []int64{r.Done, r.Overloads, int64(r.Latency), int64(r.Load), r.Squares} {
 		b = binary.AppendVarint(b, v)
 	}
 	return b
 }
 
-// DecodeReport reads a report Encode wrote.
+// DecodeReport reads a report Encode wrote, or the version before (of a
+// process not yet upgraded: no Squares).
 func DecodeReport(b []byte) (Report, error) {
-	v, err := varints(b, reportVersion, 4)
+	v, err := varints(b, reportVersion, 5)
+	if len(b) > 0 && b[0] == reportVersion-1 {
+		v, err = varints(b, reportVersion-1, 4)
+		v = append(v, 0)
+	}
 	if err != nil {
 		return Report{}, err
 	}
-	return Report{Done: v[0], Overloads: v[1], Latency: time.Duration(v[2]), Load: time.Duration(v[3])}, nil
+	return Report{Done: v[0], Overloads: v[1], Latency: time.Duration(v[2]), Load: time.Duration(v[3]), Squares: v[4]}, nil
 }
 
 // Encode returns s as bytes.
 func (s State) Encode() []byte {
 	b := []byte{stateVersion}
 	for _, v := range []int64{int64(s.Value), int64(s.Baseline), int64(s.Reason), int64(s.Mean),
-		int64(math.Float64bits(s.InFlight)), s.Done, s.Overload, int64(s.Overloaded), int64(s.Calm)} {
+		int64(math.Float64bits(s.InFlight)), s.Done, s.Overload, int64(s.Overloaded), int64(s.Calm), bit(s.Estimated)} {
 		b = binary.AppendVarint(b, v)
 	}
 	return b
 }
 
-// DecodeState reads a state Encode wrote.
+// DecodeState reads a state Encode wrote, or the version before (of a
+// process not yet upgraded: its memory counts as an overload's).
 func DecodeState(b []byte) (State, error) {
-	v, err := varints(b, stateVersion, 9)
+	v, err := varints(b, stateVersion, 10)
+	if len(b) > 0 && b[0] == stateVersion-1 {
+		v, err = varints(b, stateVersion-1, 9)
+		v = append(v, 0)
+	}
 	if err != nil {
 		return State{}, err
 	}
 	return State{Value: int(v[0]), Baseline: time.Duration(v[1]), Reason: Reason(v[2]), Mean: time.Duration(v[3]),
-		InFlight: math.Float64frombits(uint64(v[4])), Done: v[5], Overload: v[6], Overloaded: int(v[7]), Calm: int(v[8])}, nil
+		InFlight: math.Float64frombits(uint64(v[4])), Done: v[5], Overload: v[6], Overloaded: int(v[7]), Calm: int(v[8]),
+		Estimated: v[9] != 0}, nil
+}
+
+func bit(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // varints reads n varints after the version byte.

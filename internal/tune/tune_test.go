@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
@@ -152,13 +153,32 @@ func TestBaselineRisesSlowly(t *testing.T) {
 }
 
 func TestEncoding(t *testing.T) {
-	r := Report{Done: 12345, Overloads: 3, Latency: 17 * time.Second, Load: -1}
+	r := Report{Done: 12345, Overloads: 3, Latency: 17 * time.Second, Load: -1, Squares: 1 << 40}
 	if got, err := DecodeReport(r.Encode()); err != nil || got != r {
 		t.Fatalf("report: %+v, %v", got, err)
 	}
-	s := State{Value: 77, Baseline: 20 * time.Millisecond, Reason: Latency, Mean: 31 * time.Millisecond, InFlight: 76.5, Done: 9, Overload: 1}
+	s := State{Value: 77, Baseline: 20 * time.Millisecond, Reason: Latency, Mean: 31 * time.Millisecond, InFlight: 76.5, Done: 9, Overload: 1,
+		Overloaded: 70, Calm: 3, Estimated: true}
 	if got, err := DecodeState(s.Encode()); err != nil || got != s {
 		t.Fatalf("state: %+v, %v", got, err)
+	}
+	// The versions before, as a process not yet upgraded writes them: a
+	// report without Squares, a state without Estimated.
+	old := []byte{reportVersion - 1}
+	for _, v := range []int64{r.Done, r.Overloads, int64(r.Latency), int64(r.Load)} {
+		old = binary.AppendVarint(old, v)
+	}
+	if got, err := DecodeReport(old); err != nil || got != (Report{Done: r.Done, Overloads: r.Overloads, Latency: r.Latency, Load: r.Load}) {
+		t.Fatalf("report of the version before: %+v, %v", got, err)
+	}
+	old = []byte{stateVersion - 1}
+	for _, v := range []int64{77, int64(20 * time.Millisecond), int64(Latency), int64(31 * time.Millisecond),
+		int64(math.Float64bits(76.5)), 9, 1, 70, 3} {
+		old = binary.AppendVarint(old, v)
+	}
+	if got, err := DecodeState(old); err != nil || got != (State{Value: 77, Baseline: 20 * time.Millisecond, Reason: Latency,
+		Mean: 31 * time.Millisecond, InFlight: 76.5, Done: 9, Overload: 1, Overloaded: 70, Calm: 3}) {
+		t.Fatalf("state of the version before: %+v, %v", got, err)
 	}
 	for _, b := range [][]byte{nil, {}, {9}, {reportVersion}, append(r.Encode(), 0)} {
 		if _, err := DecodeReport(b); err == nil {
