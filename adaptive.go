@@ -24,6 +24,10 @@ import (
 // at a time; anything else — no samples, demand below the total — holds
 // it.
 //
+// Besides the agreed total, each process cuts what it alone enforces at
+// once, until the agreed total catches up: on an overload signal, and
+// when its own last 16 completions are past the tolerance.
+//
 // The total is one value in the store, agreed by every process: each
 // process reports its samples of an interval to the store, and the first
 // to decide an interval from every report writes the next total (the

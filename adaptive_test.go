@@ -253,6 +253,41 @@ func TestAdaptiveTotalCutsOnOverload(t *testing.T) {
 	}
 }
 
+// TestAdaptiveTotalCutsHereOnLatency: when the backend slows down past
+// the tolerance, a process cuts what it enforces from its own last
+// completions (tune.Early), before the processes agree on the interval:
+// what it enforces falls below the agreed total. Without overloads
+// nothing else does that.
+func TestAdaptiveTotalCutsHereOnLatency(t *testing.T) {
+	lim, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	p := keycap.MustParent("adaptive-early", 12, keycap.WithAdaptive(keycap.Adaptive{Floor: 1, Ceiling: 64, Interval: 500 * time.Millisecond, Tolerance: 1.1}))
+	b := &psBackend{c: 100, s: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := drive(ctx, t, []*keycap.Limiter{lim}, p, b, 12, 3, false)
+	defer wg.Wait()
+	defer cancel()
+	// A no-load latency agreed first: the early cut needs one.
+	testkit.WaitUntil(t, 20*time.Second, "a no-load latency", func() bool {
+		tu, _ := lim.Tuning(p)
+		return tu.Baseline > 0
+	})
+	b.mu.Lock()
+	b.c = 4 // 12 in flight take 3 × as long
+	b.mu.Unlock()
+	testkit.WaitUntil(t, 20*time.Second, "a cut here, below the agreed total", func() bool {
+		before, _ := lim.Tuning(p)
+		enforced := lim.Enforced(p)
+		after, _ := lim.Tuning(p) // the same agreed total on both sides
+		return before.Version == after.Version && enforced < after.Total
+	})
+	cancel()
+	wg.Wait()
+}
+
 func TestAdaptiveTotalHoldsWithoutWork(t *testing.T) {
 	lim, err := keycap.NewLimiter(memstore.New())
 	if err != nil {

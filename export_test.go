@@ -33,6 +33,15 @@ func (l *Limiter) TunerSteps(p *Parent) int64 {
 	return 0
 }
 
+// Enforced returns the total the Limiter enforces for p now: the agreed
+// one, or less while a cut made here holds (0: none runs).
+func (l *Limiter) Enforced(p *Parent) int {
+	if t := l.tuners.find(p); t != nil {
+		return int(t.value.Load())
+	}
+	return 0
+}
+
 // SetTunerIdle replaces how long an idle adaptive total keeps running, and
 // returns a function that puts it back.
 func SetTunerIdle(d time.Duration) func() {

@@ -141,8 +141,9 @@ type tuner struct {
 	// count a slot for the whole life of the Limiter); the counts are
 	// atomics.
 	sample                        sync.Mutex
-	held, load                    int64   // guarded by sample
-	squares                       float64 // the latencies squared, in µs²; guarded by sample
+	held, load                    int64       // guarded by sample
+	squares                       float64     // the latencies squared, in µs²; guarded by sample
+	early                         tune.Report // the latest completions, not yet checked (tune.Early); guarded by sample
 	completed, overloads, latency atomic.Int64
 
 	mu       sync.Mutex // guards the rest
@@ -215,22 +216,36 @@ func (t *tuner) holding() bool {
 func (t *tuner) ended(w int, held time.Duration, overloaded bool) {
 	now := int64(t.l.now())
 	us := float64(held) / float64(time.Microsecond)
+	var window tune.Report
 	t.sample.Lock()
 	t.held -= int64(w)
 	t.load += int64(w) * now
 	if !overloaded {
 		t.squares += us * us
+		t.early.Done++
+		t.early.Latency += held
+		t.early.Squares = tune.Squares(float64(t.early.Squares) + us*us)
+		if t.early.Done >= tune.EarlyWindow {
+			window, t.early = t.early, tune.Report{}
+		}
 	}
 	t.sample.Unlock()
 	if overloaded {
 		t.overloads.Add(1)
 		t.mu.Lock()
-		t.cutHere()
+		t.cutHere(tune.Cut)
 		t.mu.Unlock()
 		return
 	}
 	t.completed.Add(1)
 	t.latency.Add(int64(held))
+	if window.Done > 0 && !t.a.OverloadsOnly {
+		t.mu.Lock()
+		if f, ok := tune.Early(tune.Config{Tolerance: t.a.Tolerance}, t.state, window); ok {
+			t.cutHere(func(v int) float64 { return math.Min(math.Floor(float64(v)*f), float64(v-1)) })
+		}
+		t.mu.Unlock()
+	}
 }
 
 // take returns the interval's samples and starts the next, at now.
@@ -246,16 +261,17 @@ func (t *tuner) take(now time.Duration) tune.Report {
 	return r
 }
 
-// cutHere cuts what this Limiter enforces at once, at most once an
-// interval, until the agreed total catches up (three intervals). The
-// caller holds t.mu.
-func (t *tuner) cutHere() {
+// cutHere cuts what this Limiter enforces at once, to cut of it, at most
+// once an interval, until the agreed total catches up (three intervals):
+// on an overload (tune.Cut), or on a latency its own last completions
+// show (tune.Early). The caller holds t.mu.
+func (t *tuner) cutHere(cut func(int) float64) {
 	now := t.l.precise()
 	if t.a.Shadow || (t.lastCut != 0 && now-t.lastCut < t.a.Interval) {
 		return
 	}
 	cur := int(t.value.Load())
-	c := max(int(tune.Cut(cur)), t.a.Floor)
+	c := max(int(cut(cur)), t.a.Floor)
 	if c >= cur {
 		return
 	}

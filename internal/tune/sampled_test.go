@@ -114,3 +114,38 @@ func TestRaisesALowEstimate(t *testing.T) {
 	}
 	t.Fatalf("total %d after 16 intervals (%s), want 19 or more", st.Value, st.Reason)
 }
+
+// TestEarly: a process's own last completions cut what it enforces when
+// they are past the tolerance, noise and all, once a no-load latency is
+// known and not right after a cut.
+func TestEarly(t *testing.T) {
+	c := Config{Floor: 1, Ceiling: 100, Tolerance: 1.1}
+	known := State{Value: 40, Baseline: 40 * time.Millisecond}
+	window := func(n int, d, spread time.Duration) Report {
+		var r Report
+		for i := range n {
+			r.sample(d + time.Duration(2*(i%2)-1)*spread) // d ± spread
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		what   string
+		s      State
+		window Report
+		want   float64 // 0: no cut
+	}{
+		{"twice the no-load latency", known, window(16, 80*time.Millisecond, 10*time.Millisecond), 0.5},
+		{"1.3 ×", known, window(16, 52*time.Millisecond, time.Millisecond), 0.9 / 1.3},
+		{"1.15 ×, but noise of ±25 %", known, window(16, 46*time.Millisecond, 10*time.Millisecond), 0},
+		{"at the no-load latency", known, window(16, 40*time.Millisecond, time.Millisecond), 0},
+		{"too few completions", known, window(EarlyWindow-1, 80*time.Millisecond, 0), 0},
+		{"no no-load latency yet", State{Value: 40}, window(16, 80*time.Millisecond, 0), 0},
+		{"right after a cut", State{Value: 20, Baseline: 40 * time.Millisecond, Overloaded: 21, Calm: 1}, window(16, 80*time.Millisecond, 0), 0},
+		{"two intervals after a cut", State{Value: 20, Baseline: 40 * time.Millisecond, Overloaded: 21, Calm: 2}, window(16, 80*time.Millisecond, 0), 0.5},
+	} {
+		f, ok := Early(c, tc.s, tc.window)
+		if ok != (tc.want > 0) || math.Abs(f-tc.want) > 1e-3 {
+			t.Errorf("%s: Early = %.3f, %v; want %.3f", tc.what, f, ok, tc.want)
+		}
+	}
+}

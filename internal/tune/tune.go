@@ -49,6 +49,11 @@
 // predate it: past the tolerance they may cut deeper, not by a further
 // step; under it they hold.
 //
+// Between intervals, Early lets each process cut what it alone enforces
+// at once when its own last completions are past the tolerance: the
+// agreed total answers two intervals late, and a surge served at a total
+// twice the capacity for that long is served late.
+//
 // The no-load latency is learned from the work itself: the lowest interval
 // mean seen (the first interval's, to begin with), allowed to rise by 1 %
 // in each interval in which the total does not grow, so that a backend that became slower for good is
@@ -281,6 +286,32 @@ func Next(c Config, s State, interval time.Duration, reports []Report) State {
 		}
 	}
 	return n
+}
+
+// EarlyWindow is how many completions a process gathers before it checks
+// them on its own (Early).
+const EarlyWindow = 16
+
+// Early reads a process's last completions (window: EarlyWindow of them
+// or more), under the agreed state s, before the processes agree on the
+// interval: when their mean latency, less twice its standard error, is
+// past the tolerance, the backend is queueing now, and Early returns the
+// factor by which the process cuts the total it enforces at once — the
+// no-load latency ÷ the mean (what a processor-sharing backend's
+// capacity is of a full total), less the headroom, by half at most. So a
+// surge or a backend that lost capacity is met within a few dozen
+// completions instead of two intervals. Not before a no-load latency is
+// known, nor in the two intervals after a cut, whose completions predate
+// it.
+func Early(c Config, s State, window Report) (float64, bool) {
+	if s.Baseline <= 0 || window.Done < EarlyWindow || s.Overloaded > 0 && s.Calm < aftermath {
+		return 0, false
+	}
+	mean := float64(window.Latency) / float64(window.Done)
+	if mean-margin*window.stderr() <= c.Tolerance*float64(s.Baseline) {
+		return 0, false
+	}
+	return math.Max(maxCut, headroom*float64(s.Baseline)/mean), true
 }
 
 // Cut returns the total after an overload cut of v: 9/10, and one slot at
