@@ -97,3 +97,17 @@ func (a *Adaptive) check(start int) error {
 	}
 	return nil
 }
+
+// OverloadStatus reports whether an HTTP status says the backend cannot
+// take more now: an overload signal for an adaptive parent
+// (Lease.Overloaded). 429 Too Many Requests, 503 Service Unavailable, 504
+// Gateway Timeout (a proxy's upstream did not answer in time) and 529 (an
+// API's "overloaded"). The one rule of pause.Transport, the gateway's
+// upstreams and caddykeycap; rpclimit.Overload is gRPC's.
+func OverloadStatus(code int) bool {
+	switch code {
+	case 429, 503, 504, 529:
+		return true
+	}
+	return false
+}

@@ -416,3 +416,12 @@ func TestIdleAdaptiveTotalStops(t *testing.T) {
 		return ok && tu.Version >= cut.Version && tu.Total <= cut.Total
 	})
 }
+
+func TestOverloadStatus(t *testing.T) {
+	for code := 100; code < 600; code++ {
+		want := code == 429 || code == 503 || code == 504 || code == 529
+		if got := keycap.OverloadStatus(code); got != want {
+			t.Errorf("OverloadStatus(%d) = %v, want %v", code, got, want)
+		}
+	}
+}

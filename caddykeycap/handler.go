@@ -189,7 +189,7 @@ func (h *Handler) serveAdaptive(w http.ResponseWriter, r *http.Request, repl *ca
 // 503 of another keycap handler further on are its limits' refusals, not
 // the backend's.
 func overloaded(status int, err error) bool {
-	if overloadStatus(status) {
+	if keycap.OverloadStatus(status) {
 		return true
 	}
 	if err == nil {
@@ -200,18 +200,11 @@ func overloaded(status int, err error) bool {
 		return false
 	}
 	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && overloadStatus(he.StatusCode) {
+	if errors.As(err, &he) && keycap.OverloadStatus(he.StatusCode) {
 		return true
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
-}
-
-// overloadStatus reports whether a status says the backend cannot take
-// more.
-func overloadStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable ||
-		code == http.StatusGatewayTimeout || code == 529
 }
 
 // refuse answers a request that got no slot.

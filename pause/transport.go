@@ -95,8 +95,9 @@ func WithRefusalAsResponse() TransportOption {
 // server that shares the store: a call holds a slot from before it is sent
 // until its response's body is closed (or it fails). Give the limit an
 // adaptive parent (keycap.WithAdaptive) to find a vendor's hidden
-// concurrency: a throttled answer (429, and what the hint parser reads as
-// throttled), a 503, 504 or 529, and a call that timed out are reported as
+// concurrency: a throttled answer (what the hint parser reads as
+// throttled), a 429, 503, 504 or 529 (keycap.OverloadStatus), and a call
+// that timed out are reported as
 // overloads (Lease.Overloaded), which cut the total, and the total grows
 // again while calls fill it. The pause and the pace apply as without it,
 // before the slot is taken. A call the limit refuses (keycap.ErrLimitExceeded
@@ -176,7 +177,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		h := t.ps.Hint(resp, peek(resp))
 		if lease != nil {
-			if h.Throttled || overloaded(resp.StatusCode) {
+			if h.Throttled || keycap.OverloadStatus(resp.StatusCode) {
 				lease.Overloaded()
 			}
 			resp.Body = &releaseOnClose{ReadCloser: resp.Body, lease: lease}
@@ -216,12 +217,6 @@ func (t *Transport) slot(ctx context.Context, api string) (*keycap.Lease, error)
 		return nil, nil
 	}
 	return t.ps.l.Acquire(ctx, lim)
-}
-
-// overloaded reports whether a status says the API cannot take more calls
-// now (besides the throttled answers the hint parser reads).
-func overloaded(code int) bool {
-	return code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout || code == 529
 }
 
 func isTimeout(err error) bool {

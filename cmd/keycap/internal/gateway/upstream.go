@@ -294,7 +294,7 @@ func (p *routeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // stream or an upgraded connection never finishes on its own, so it ends
 // when the client leaves.
 func (p *routeProxy) modifyResponse(resp *http.Response) error {
-	if overloadStatus(resp.StatusCode) {
+	if keycap.OverloadStatus(resp.StatusCode) {
 		keycap.ReportOverload(resp.Request.Context()) // to the route's adaptive parents
 	}
 	if gr, ok := resp.Request.Context().Value(grpcResponseKey{}).(*grpcResponse); ok {
@@ -373,13 +373,6 @@ func (p *routeProxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"method", r.Method, "path", r.URL.Path, "error", err.Error())
 		writeError(w, r, http.StatusBadGateway, "Bad Gateway")
 	}
-}
-
-// overloadStatus reports whether an upstream's status says it cannot take
-// more: an overload signal for an adaptive parent.
-func overloadStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable ||
-		code == http.StatusGatewayTimeout || code == 529
 }
 
 func isTimeout(err error) bool {
