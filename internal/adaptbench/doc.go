@@ -78,7 +78,8 @@
 //     C/S, the throughput of the capacity in force then (1 is the most the
 //     backend can do);
 //   - p50, p99: latency, from arrival to the answer, of admitted requests the
-//     backend served (200), by arrival time;
+//     backend served (200), by arrival time; per phase also the p99 of those
+//     that arrived 2 s (the settle budget) or more after the phase began;
 //   - errors: the share of offered requests admitted and then answered 503
 //     (or not in time); refused: the share not admitted (failed: admissions
 //     that failed on the store, counted as refused);
