@@ -114,6 +114,67 @@ func BenchmarkLimiterShared(b *testing.B) {
 	}
 }
 
+// BenchmarkAdaptiveParents is an adaptive parent's Acquire + Release on
+// memstore with 1 to 1,000 adaptive parents in use by one Limiter, each
+// with its tuner reporting every 250 ms, beside as many fixed parents: what
+// a decision costs as the totals multiply, and (steps/s) the agreement's
+// background work.
+func BenchmarkAdaptiveParents(b *testing.B) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		kind string
+		opts []keycap.ParentOption
+	}{
+		{"fixed", nil},
+		{"adaptive", []keycap.ParentOption{keycap.WithAdaptive(keycap.Adaptive{Floor: 1, Ceiling: 1 << 20, Interval: 250 * time.Millisecond})}},
+	} {
+		for _, n := range []int{1, 10, 100, 1000} {
+			benchParents(ctx, b, tc.kind, n, tc.opts)
+		}
+	}
+}
+
+// benchParents is BenchmarkAdaptiveParents' row for n parents of a kind.
+func benchParents(ctx context.Context, b *testing.B, kind string, n int, opts []keycap.ParentOption) {
+	l, err := keycap.NewLimiter(memstore.New())
+	if err != nil {
+		b.Fatal(err)
+	}
+	parents := make([]*keycap.Parent, n)
+	limits := make([]keycap.Limit, n)
+	for i := range parents {
+		parents[i] = keycap.MustParent(fmt.Sprint("bench-", kind, "-", i), 1<<20, opts...)
+		limits[i] = keycap.Spec{Name: fmt.Sprint("bench-", i), Max: 1 << 20, Parent: parents[i]}.For("k")
+		ls, err := l.Acquire(ctx, limits[i]) // starts an adaptive one's tuner
+		if err != nil {
+			b.Fatal(err)
+		}
+		ls.Release()
+	}
+	b.Run(fmt.Sprintf("%s/parents=%d", kind, n), func(b *testing.B) {
+		var before int64
+		for _, p := range parents {
+			before += l.TunerSteps(p)
+		}
+		start := time.Now()
+		i := 0
+		for b.Loop() {
+			ls, err := l.Acquire(ctx, limits[i%n])
+			if err != nil {
+				b.Fatal(err)
+			}
+			ls.Release()
+			i++
+		}
+		var after int64
+		for _, p := range parents {
+			after += l.TunerSteps(p)
+		}
+		b.ReportMetric(float64(after-before)/time.Since(start).Seconds(), "steps/s")
+	})
+	_ = l.Close()
+}
+
 // BenchmarkSeeAndSteer measures what inspection, overrides and a shadow
 // limit cost on the acquire+release path, on memstore, in alternating rounds
 // of one run: plain; WithInspection; WithOverrides with none set and with
