@@ -152,6 +152,9 @@ as_pg() {
 
 pg_up() {
   command -v psql >/dev/null || apt_install postgresql postgresql-client
+  # The server's binaries too, whichever server answers: the safety checker
+  # (internal/safety) starts, kills and restarts a PostgreSQL of its own.
+  command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
   local own="postgres://postgres@127.0.0.1:$PGPORT_OWN/postgres?sslmode=disable"
   if [ -n "$PG_SYSTEM" ] && pg_ok "postgres://postgres@$PG_SYSTEM/postgres?sslmode=disable"; then
     PG_BASE="postgres://postgres@$PG_SYSTEM"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -70,7 +71,7 @@ func check(t *testing.T, open func(t *testing.T, seed int64) func() store.Store,
 
 // checkRuns is check with cfg's clients, duration and timeout.
 func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int64) func() store.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
-	ops, unknown := 0, 0
+	ops, unknown, crashed := 0, 0, 0
 	var over safety.Overadmission
 	ss := seeds(t)
 	for _, seed := range ss {
@@ -89,7 +90,7 @@ func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int
 					unknown++
 				}
 			}
-			ops += len(h)
+			ops, crashed = ops+len(h), crashed+crashes(h)
 			// The visualisation goes where it outlives the test.
 			if err := safety.Check(seed, h, bounds, os.TempDir(), time.Minute); err != nil {
 				t.Fatal(err)
@@ -97,7 +98,7 @@ func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int
 			// What holders certainly held beyond a cap at once: none,
 			// unless the store lost leases (a crash the history records).
 			o := safety.Overadmitted(h, bounds)
-			if o.Slots > 0 && !crashed(h) {
+			if o.Slots > 0 && crashes(h) == 0 {
 				t.Fatalf("seed %d: %d slots over a cap for %s, with no crash", seed, o.Slots, o.Longest)
 			}
 			over.Slots, over.Longest, over.Total = max(over.Slots, o.Slots), max(over.Longest, o.Longest), over.Total+o.Total
@@ -106,8 +107,8 @@ func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int
 			return
 		}
 	}
-	t.Logf("%d runs, %d operations checked, %d of unknown outcome: linearizable; over a cap: at most %d slots, for %s at most, %s in all",
-		len(ss), ops, unknown, over.Slots, over.Longest, over.Total)
+	t.Logf("%d runs, %d operations checked, %d of unknown outcome, %d crashes: linearizable; over a cap: at most %d slots, for %s at most, %s in all",
+		len(ss), ops, unknown, crashed, over.Slots, over.Longest, over.Total)
 }
 
 func TestHistoriesMemstore(t *testing.T) {
@@ -312,10 +313,17 @@ func TestClosedLimiterKeepsItsSlot(t *testing.T) {
 	}
 }
 
-// restarts returns the faults of a run on a Redis of the test's own: it is
-// killed (SIGKILL) once or twice and started again; without persistence
-// that loses every lease, which the history records as a crash.
-func restarts(p *testenv.RedisProcess, persistent bool) func(seed int64) func(context.Context, *safety.Faults) {
+// server is a store's server of the test's own, to kill and start again.
+type server interface {
+	Kill()
+	Start()
+}
+
+// restarts returns the faults of a run on a server of the test's own
+// (Redis, PostgreSQL): it is killed (SIGKILL) once or twice and started
+// again; without persistence (or with PostgreSQL's unlogged tables) that
+// loses every lease, which the history records as a crash.
+func restarts(p server, persistent bool) func(seed int64) func(context.Context, *safety.Faults) {
 	return func(seed int64) func(context.Context, *safety.Faults) {
 		rng := rand.New(rand.NewPCG(uint64(seed), 0xde))
 		return func(ctx context.Context, f *safety.Faults) {
@@ -367,6 +375,54 @@ func TestHistoriesRedisRestartPersistent(t *testing.T) {
 	t.Parallel()
 	p := testenv.StartRedisPersistent(t)
 	check(t, func(t *testing.T, seed int64) func() store.Store { return redisProcess(t, p) }, restarts(p, true))
+}
+
+// TestHistoriesPostgresRestart: PostgreSQL killed (the server and every
+// backend, SIGKILL) and started again: crash recovery empties the unlogged
+// tables, every lease is lost at once (a crash in the model), and
+// everything else holds — tokens keep growing (a logged sequence).
+func TestHistoriesPostgresRestart(t *testing.T) {
+	t.Parallel()
+	p := pgenv.StartProcess(t)
+	// While the server is down, every call fails to connect: those never
+	// reached it, and stay out of the history.
+	cfg := safety.Config{NotSent: func(err error) bool {
+		var ce *pgconn.ConnectError
+		return errors.As(err, &ce) || pgconn.SafeToRetry(err)
+	}}
+	checkRuns(t, cfg, func(t *testing.T, seed int64) func() store.Store { return pgProcess(t, p) }, restarts(p, false))
+}
+
+// pgProcess migrates a schema of t's own on p and returns its stores,
+// each with a pool of its own that fails fast while the server is down.
+func pgProcess(t *testing.T, p *pgenv.Process) func() store.Store {
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, p.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	schema := pgenv.Schema(t, admin)
+	if err := pgstore.Migrate(ctx, admin, pgstore.WithSchema(schema)); err != nil {
+		t.Fatal(err)
+	}
+	return func() store.Store {
+		cfg, err := pgxpool.ParseConfig(p.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 4
+		cp, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cp.Close)
+		s, err := pgstore.New(cp, pgstore.WithSchema(schema), pgstore.WithTimeout(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 }
 
 // TestHistoriesClusterFailoverAcked: a Cluster master killed in each run,
@@ -449,11 +505,13 @@ func failovers(t *testing.T, c *testenv.Cluster) func(seed int64) func(context.C
 	}
 }
 
-func crashed(h []porcupine.Operation) bool {
+// crashes counts the crashes h records.
+func crashes(h []porcupine.Operation) int {
+	n := 0
 	for _, op := range h {
 		if op.Input.(safety.Op).Kind == safety.Crash {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }

@@ -21,6 +21,13 @@ type Config struct {
 	Duration time.Duration // default 2 s
 	TTL      time.Duration // of every lease; default 300 ms
 	Timeout  time.Duration // of every call: past it, the outcome is unknown; default 1 s
+	// NotSent, if set, reports whether a call's error proves that the
+	// call never reached the server (it could not connect): such a call
+	// had no effect, and is left out of the history rather than recorded
+	// as of unknown outcome. A server that is down answers every call so,
+	// and as many unknown outcomes would make the checker branch past its
+	// time.
+	NotSent func(error) bool
 }
 
 func (c *Config) defaults() {
@@ -216,6 +223,9 @@ func (c *client) acquire(ctx context.Context, owner store.Owner, op Op) Result {
 	op.Call = c.clock()
 	g, err := c.s.Acquire(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op))
 	op.Return = c.clock()
+	if c.notSent(err) {
+		return Result{} // nothing happened: not granted, and what was held still is
+	}
 	res := Result{Unknown: err != nil, Granted: g.Granted, Token: g.Token}
 	c.record(c.id, op, res)
 	return res
@@ -229,6 +239,9 @@ func (c *client) release(ctx context.Context, owner store.Owner, acq Op) {
 	op.Call = c.clock()
 	_, err := c.s.Release(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op), false)
 	op.Return = c.clock()
+	if c.notSent(err) {
+		return // the lease stays until its TTL
+	}
 	c.record(c.id, op, Result{Unknown: err != nil})
 }
 
@@ -242,9 +255,18 @@ func (c *client) renew(ctx context.Context, owner store.Owner, acq Op) Result {
 	op.Call = c.clock()
 	err := c.s.Renew(cctx, batch)
 	op.Return = c.clock()
+	if c.notSent(err) || err == nil && c.notSent(batch[0].Err) {
+		return Result{Unknown: true} // unrecorded: the holder gives the lease up, which then expires
+	}
 	res := Result{Unknown: err != nil || batch[0].Err != nil, Lost: batch[0].Lost}
 	c.record(c.id, op, res)
 	return res
+}
+
+// notSent reports whether err proves that a call never reached the
+// server (Config.NotSent).
+func (c *client) notSent(err error) bool {
+	return err != nil && c.cfg.NotSent != nil && c.cfg.NotSent(err)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
