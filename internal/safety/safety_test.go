@@ -470,6 +470,43 @@ func TestFailoverWithoutAcksIsBounded(t *testing.T) {
 		len(ss), ops, violations, over.Slots, over.Longest, over.Total)
 }
 
+// TestHistoriesSentinelFailoverAcked: in each run, the master of a
+// Sentinel of the run's own killed, its replica promoted by the Sentinel;
+// with redisstore.WithReplicaAcks every grant a client was told of
+// survives the failover, and the strict model holds.
+func TestHistoriesSentinelFailoverAcked(t *testing.T) {
+	t.Parallel()
+	cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second}
+	var sn *testenv.Sentinel // the run's: open starts it, the faults fail it over
+	open := func(t *testing.T, seed int64) func() store.Store {
+		sn = testenv.StartSentinel(t)
+		prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
+		return func() store.Store {
+			s, err := redisstore.New(sn.Client(), redisstore.WithPrefix(prefix), redisstore.WithReplicaAcks(1, 500*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	}
+	faults := func(seed int64) func(context.Context, *safety.Faults) {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5e))
+		return func(ctx context.Context, f *safety.Faults) {
+			wait(ctx, time.Duration(300+rng.IntN(1000))*time.Millisecond)
+			m, err := sn.Master()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sn.Kill(m)
+			if err := sn.WaitFailover(m, 20*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			<-ctx.Done()
+		}
+	}
+	checkRuns(t, cfg, open, faults)
+}
+
 // clusterStores opens redisstores on c, each run in a namespace of its own.
 func clusterStores(c *testenv.Cluster, opts ...redisstore.Option) func(t *testing.T, seed int64) func() store.Store {
 	return func(t *testing.T, seed int64) func() store.Store {
