@@ -225,19 +225,25 @@ func TestHistoriesPostgresFaults(t *testing.T) {
 		return func() store.Store {
 			cfg := pool.Config().Copy()
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", portOf(t, p.Addr())
-			cfg.MaxConns = 4
-			cp, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cp.Close)
-			s, err := pgstore.New(cp, pgstore.WithSchema(schema), pgstore.WithTimeout(time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
+			return pgStore(t, cfg, schema)
 		}
 	}, chaos(&p))
+}
+
+// pgStore opens a pgstore on a pool of its own of cfg (4 connections,
+// closed when t ends), in schema, whose calls give up after a second.
+func pgStore(t *testing.T, cfg *pgxpool.Config, schema string) store.Store {
+	cfg.MaxConns = 4
+	cp, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	s, err := pgstore.New(cp, pgstore.WithSchema(schema), pgstore.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func hostOf(t *testing.T, pool *pgxpool.Pool) string {
@@ -411,17 +417,7 @@ func pgProcess(t *testing.T, p *pgenv.Process) func() store.Store {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.MaxConns = 4
-		cp, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cp.Close)
-		s, err := pgstore.New(cp, pgstore.WithSchema(schema), pgstore.WithTimeout(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return pgStore(t, cfg, schema)
 	}
 }
 

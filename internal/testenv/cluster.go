@@ -110,20 +110,8 @@ func (c *Cluster) Start(i int) {
 		c.t.Fatalf("starting redis-server: %v", err)
 	}
 	c.procs[i] = cmd
-	cl := redis.NewClient(&redis.Options{Addr: c.Addrs[i], MaxRetries: -1})
-	defer cl.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := cl.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("cluster node %s did not answer: %v", c.Addrs[i], err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitAnswer(c.Addrs[i], 10*time.Second); err != nil {
+		c.t.Fatalf("cluster node %s did not answer: %v", c.Addrs[i], err)
 	}
 }
 

@@ -70,19 +70,24 @@ func (p *RedisProcess) Start() {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("starting redis-server: %v", err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
+	if err := waitAnswer(p.Addr, 10*time.Second); err != nil {
+		log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
+		p.t.Fatalf("redis-server on %s did not answer: %v\n%s", p.Addr, err, log)
+	}
+}
+
+// waitAnswer waits until the Redis node at addr answers a PING, for at
+// most timeout, and returns the last error if it never does.
+func waitAnswer(addr string, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
-			p.t.Fatalf("redis-server on %s did not answer: %v\n%s", p.Addr, err, log)
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -97,20 +97,8 @@ func (s *Sentinel) start(i int, master string) {
 		s.t.Fatalf("starting redis-server: %v", err)
 	}
 	s.procs[i] = cmd
-	cl := redis.NewClient(&redis.Options{Addr: s.Addrs[i], MaxRetries: -1})
-	defer cl.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := cl.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server %s did not answer: %v", s.Addrs[i], err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitAnswer(s.Addrs[i], 10*time.Second); err != nil {
+		s.t.Fatalf("redis-server %s did not answer: %v", s.Addrs[i], err)
 	}
 }
 
