@@ -25,16 +25,11 @@ func (v *Violation) Error() string {
 	fmt.Fprintf(&b, "seed %d: a history the model cannot explain at %q (visualisation: %s); the group's operations around it:\n",
 		v.Seed, describe(v.Stuck.Input, v.Stuck.Output), v.Visual)
 	for _, op := range v.Around {
-		in := op.Input.(Op)
-		ret := "…"
-		if in.Return != Never {
-			ret = ms(time.Duration(op.Return))
-		}
 		mark := " "
 		if op == v.Stuck {
 			mark = ">"
 		}
-		fmt.Fprintf(&b, " %s client %d [%s, %s] %s\n", mark, op.ClientId, ms(time.Duration(op.Call)), ret, describe(op.Input, op.Output))
+		fmt.Fprintf(&b, " %s %s\n", mark, entry(op))
 	}
 	return b.String()
 }

@@ -14,8 +14,8 @@ import (
 type Kind uint8
 
 const (
-	Acquire Kind = iota // store.Store.Acquire, without a ticket
-	Release             // store.Store.Release
+	Acquire Kind = iota // store.Store.Acquire, with a ticket when Op.Line
+	Release             // store.Store.Release, leaving the line when Op.Line
 	Renew               // store.Store.Renew of one lease
 	// Crash is the store losing every lease at once, somewhere within the
 	// operation's interval: a Redis restarted without persistence. It
@@ -39,6 +39,9 @@ type Op struct {
 	Max    int  // the key's max
 	Parent int  // the parent's total; 0: none
 	Fence  bool // the acquire asked for a fencing token
+	// Line: an acquire that takes a ticket in the key's line when refused
+	// (Bounds.Ticket, Bounds.Claim), or a release that leaves the line.
+	Line bool
 	// The call's interval on the run's clock; Return is Never for an
 	// unknown outcome.
 	Call, Return time.Duration
@@ -50,6 +53,7 @@ type Result struct {
 	Granted bool   // Acquire
 	Token   uint64 // Acquire with Fence, granted
 	Lost    bool   // Renew: the lease was gone
+	Ahead   int    // Acquire with Line, refused: tickets before the owner's
 }
 
 // lease is a lease the model holds: the store's expiry of it lies within
@@ -59,19 +63,33 @@ type lease struct {
 	lo, hi             time.Duration
 }
 
+// ticket is a place in a key's line: its owner's last call that took or
+// kept it made it expire within [lo, hi]. An expired ticket stays in the
+// line until a call that serves the line meets it at the head: until
+// then its owner's next call with a ticket keeps its place, as the stores
+// do.
+type ticket struct {
+	key, owner, weight int
+	lo, hi             time.Duration
+}
+
 // state is the model's state of one group: its leases, sorted by key and
-// owner, and the last fencing token seen in each key's pool.
+// owner; its keys' lines, each in arrival order; and the last fencing
+// token seen in each key's pool.
 type state struct {
 	leases []lease
+	line   []ticket
 	tokens map[int]uint64 // never mutated: replaced when it changes
 }
 
 // Bounds are the model's allowances for clocks: a lease granted by a call
 // made at c and answered at r expires between c+TTL-Early and r+TTL+Late
 // on the run's clock (the store rounds its clock, and reads it anywhere
-// within the call).
+// within the call); a ticket likewise after Ticket, and a slot handed to
+// a ticket after Claim.
 type Bounds struct {
 	TTL, Early, Late time.Duration
+	Ticket, Claim    time.Duration
 }
 
 // Model returns the sequential model of the leased semaphore, as a
@@ -150,85 +168,229 @@ func step(b Bounds, st state, op Op, res Result) []any {
 			}
 			ls = append(ls, l)
 		}
-		for _, next := range apply(b, state{ls, st.tokens}, op, res) {
+		for _, next := range apply(b, state{ls, st.line, st.tokens}, op, res) {
 			out = append(out, next)
 		}
 	}
 	return out
 }
 
-// apply applies op to st, whose expiries are decided.
+// apply applies op to st, whose leases' expiries are decided.
 func apply(b Bounds, st state, op Op, res Result) []state {
-	i := slices.IndexFunc(st.leases, func(l lease) bool { return l.key == op.Key && l.owner == op.Owner })
-	held := i >= 0
-	fresh := lease{key: op.Key, owner: op.Owner, weight: op.Weight, lo: op.Call + b.TTL - b.Early, hi: op.Return + b.TTL + b.Late}
-	if op.Return == Never {
-		fresh.hi = Never
-	}
 	switch op.Kind {
 	case Crash:
 		return []state{{tokens: st.tokens}}
 	case Acquire:
-		room := held || st.room(op)
-		if res.Unknown {
-			if !room {
-				return []state{st}
-			}
-			return []state{st, st.grant(i, fresh, 0)}
+		var out []state
+		for _, s := range st.mayFill(b, op) {
+			out = append(out, s.acquire(b, op, res)...)
 		}
-		if res.Granted != room {
-			return nil
-		}
-		if !res.Granted {
-			if res.Token != 0 {
-				return nil
-			}
-			return []state{st}
-		}
-		if op.Fence && res.Token <= st.tokens[op.Key] {
-			return nil // not above the pool's last token
-		}
-		if !op.Fence && res.Token != 0 {
-			return nil
-		}
-		return []state{st.grant(i, fresh, res.Token)}
+		return out
 	case Release:
-		if !held {
-			return []state{st}
+		s := st
+		if i := s.find(op.Key, op.Owner); i >= 0 {
+			s = s.without(i)
 		}
-		gone := st.without(i)
+		if t := s.ticket(op.Key, op.Owner); op.Line && t >= 0 {
+			s = s.withoutTicket(t)
+		}
+		// A release serves the line in the same step: the slot it frees
+		// goes to the head ticket at once.
+		done := s.fill(b, op)
 		if res.Unknown {
-			return []state{st, gone}
+			return append([]state{st}, done...)
 		}
-		return []state{gone}
+		return done
 	case Renew:
-		switch {
-		case res.Unknown && held:
-			renewed := st.with(i, lease{key: op.Key, owner: op.Owner, weight: st.leases[i].weight, lo: fresh.lo, hi: fresh.hi})
-			return []state{st, renewed}
-		case res.Unknown:
-			return []state{st}
-		case res.Lost && held, !res.Lost && !held:
-			return nil
-		case res.Lost:
-			return []state{st}
+		var out []state
+		for _, s := range st.mayFill(b, op) {
+			out = append(out, s.renew(b, op, res)...)
 		}
-		return []state{st.with(i, lease{key: op.Key, owner: op.Owner, weight: st.leases[i].weight, lo: fresh.lo, hi: fresh.hi})}
+		return out
 	}
 	return nil
 }
 
-// room reports whether op's lease fits beside st's: in the key's max, and
-// in the parent's total.
-func (st state) room(op Op) bool {
-	key, all := 0, 0
-	for _, l := range st.leases {
-		all += l.weight
-		if l.key == op.Key {
-			key += l.weight
+// acquire applies an acquire to st, whose line is decided.
+func (st state) acquire(b Bounds, op Op, res Result) []state {
+	i := st.find(op.Key, op.Owner)
+	held := i >= 0
+	fresh := expiring(b, op, b.TTL)
+	room := held || st.waiting(op.Key) == 0 && st.room(op.Key, op.Weight, op.Max, op.Parent)
+	granted := func() state {
+		s := st.grant(i, fresh, res.Token)
+		if t := s.ticket(op.Key, op.Owner); op.Line && t >= 0 {
+			s = s.withoutTicket(t)
+		}
+		return s
+	}
+	queued, ahead := st, 0
+	if !room && op.Line {
+		queued, ahead = st.queue(b, op)
+	}
+	if res.Unknown {
+		if room {
+			return []state{st, granted()} // its token unknown: 0
+		}
+		return []state{st, queued}
+	}
+	switch {
+	case res.Granted != room:
+		return nil
+	case !res.Granted && res.Token != 0:
+		return nil
+	case !res.Granted && op.Line && res.Ahead != ahead:
+		return nil // not its place in the line
+	case !res.Granted:
+		return []state{queued}
+	case op.Fence && res.Token <= st.tokens[op.Key]:
+		return nil // not above the pool's last token
+	case !op.Fence && res.Token != 0:
+		return nil
+	}
+	return []state{granted()}
+}
+
+// renew applies a renewal to st, whose line is decided.
+func (st state) renew(b Bounds, op Op, res Result) []state {
+	i := st.find(op.Key, op.Owner)
+	held := i >= 0
+	var renewed state
+	if held {
+		l := expiring(b, op, b.TTL)
+		l.weight = st.leases[i].weight
+		renewed = st.with(i, l)
+	}
+	switch {
+	case res.Unknown && held:
+		return []state{st, renewed}
+	case res.Unknown:
+		return []state{st}
+	case res.Lost && held, !res.Lost && !held:
+		return nil
+	case res.Lost:
+		return []state{st}
+	}
+	return []state{renewed}
+}
+
+// expiring returns op's owner's lease of op's key expiring d after op.
+func expiring(b Bounds, op Op, d time.Duration) lease {
+	l := lease{key: op.Key, owner: op.Owner, weight: op.Weight, lo: op.Call + d - b.Early, hi: op.Return + d + b.Late}
+	if op.Return == Never {
+		l.hi = Never
+	}
+	return l
+}
+
+// mayFill returns the states in which the call op serves its key's line
+// and the one where it does not: a store serves the line lazily, at a
+// call that finds room (an expiry found, a slot freed).
+func (st state) mayFill(b Bounds, op Op) []state {
+	if st.waiting(op.Key) == 0 {
+		return []state{st}
+	}
+	return append([]state{st}, st.fill(b, op)...)
+}
+
+// fill serves op's key's line in the step of op: the head tickets, in
+// order, are handed the free slots (a lease that expires after the
+// ticket's claim window), until one does not fit. A head that has
+// expired, or whose owner holds a lease already, is dropped; while no slot
+// is free, a store may also leave it (Redis looks at the line only when
+// there is room), so both are states.
+func (st state) fill(b Bounds, op Op) []state {
+	t := st.ticket(op.Key, -1)
+	if t < 0 {
+		return []state{st}
+	}
+	tk := st.line[t]
+	full := !st.room(op.Key, 1, op.Max, op.Parent)
+	drop := func() []state {
+		out := st.withoutTicket(t).fill(b, op)
+		if full {
+			out = append(out, st)
+		}
+		return out
+	}
+	switch {
+	case tk.hi < op.Call, st.find(tk.key, tk.owner) >= 0:
+		return drop()
+	case tk.lo <= op.Return:
+		// It may have expired by op: dropped, or served as live.
+		out := drop()
+		return append(out, st.serve(b, op, t)...)
+	}
+	return st.serve(b, op, t)
+}
+
+// serve hands a lease to the live head ticket t if it fits, and goes on.
+func (st state) serve(b Bounds, op Op, t int) []state {
+	tk := st.line[t]
+	if !st.room(op.Key, tk.weight, op.Max, op.Parent) {
+		return []state{st} // the head waits for its slots
+	}
+	l := expiring(b, op, b.Claim)
+	l.owner, l.weight = tk.owner, tk.weight
+	return st.withoutTicket(t).grant(-1, l, 0).fill(b, op)
+}
+
+// queue gives op's owner a ticket in its key's line, keeping its place if
+// it has one, and returns the state and how many tickets wait before it.
+func (st state) queue(b Bounds, op Op) (state, int) {
+	tk := ticket(expiring(b, op, b.Ticket))
+	line := slices.Clone(st.line)
+	ahead := 0
+	for i, x := range line {
+		if x.key != op.Key {
+			continue
+		}
+		if x.owner == op.Owner {
+			line[i] = tk
+			return state{st.leases, line, st.tokens}, ahead
+		}
+		ahead++
+	}
+	return state{st.leases, append(line, tk), st.tokens}, ahead
+}
+
+// find returns the index of owner's lease of key, or -1.
+func (st state) find(key, owner int) int {
+	return slices.IndexFunc(st.leases, func(l lease) bool { return l.key == key && l.owner == owner })
+}
+
+// ticket returns the index of owner's ticket in key's line (the head's,
+// for owner -1), or -1.
+func (st state) ticket(key, owner int) int {
+	return slices.IndexFunc(st.line, func(t ticket) bool { return t.key == key && (owner < 0 || t.owner == owner) })
+}
+
+// waiting returns how many tickets key's line holds.
+func (st state) waiting(key int) int {
+	n := 0
+	for _, t := range st.line {
+		if t.key == key {
+			n++
 		}
 	}
-	return key+op.Weight <= op.Max && (op.Parent == 0 || all+op.Weight <= op.Parent)
+	return n
+}
+
+func (st state) withoutTicket(i int) state {
+	return state{st.leases, slices.Delete(slices.Clone(st.line), i, i+1), st.tokens}
+}
+
+// room reports whether a lease of weight slots of key fits beside st's:
+// in the key's max, and in the parent's total (0: none).
+func (st state) room(key, weight, max, parent int) bool {
+	in, all := 0, 0
+	for _, l := range st.leases {
+		all += l.weight
+		if l.key == key {
+			in += l.weight
+		}
+	}
+	return in+weight <= max && (parent == 0 || all+weight <= parent)
 }
 
 // grant returns st with the lease l granted (extending the one at i, which
@@ -245,7 +407,7 @@ func (st state) grant(i int, l lease, token uint64) state {
 			}
 			return a.owner - b.owner
 		})
-		st = state{ls, st.tokens}
+		st = state{ls, st.line, st.tokens}
 	}
 	if token != 0 {
 		t := make(map[int]uint64, len(st.tokens)+1)
@@ -261,16 +423,16 @@ func (st state) grant(i int, l lease, token uint64) state {
 func (st state) with(i int, l lease) state {
 	ls := slices.Clone(st.leases)
 	ls[i] = l
-	return state{ls, st.tokens}
+	return state{ls, st.line, st.tokens}
 }
 
 func (st state) without(i int) state {
-	return state{slices.Delete(slices.Clone(st.leases), i, i+1), st.tokens}
+	return state{slices.Delete(slices.Clone(st.leases), i, i+1), st.line, st.tokens}
 }
 
 func equal(a, b any) bool {
 	x, y := a.(state), b.(state)
-	if !slices.Equal(x.leases, y.leases) || len(x.tokens) != len(y.tokens) {
+	if !slices.Equal(x.leases, y.leases) || !slices.Equal(x.line, y.line) || len(x.tokens) != len(y.tokens) {
 		return false
 	}
 	for k, v := range x.tokens {
@@ -289,6 +451,13 @@ func (st state) String() string {
 			hi = ms(l.hi)
 		}
 		fmt.Fprintf(&b, "k%d/o%d×%d [%s, %s] ", l.key, l.owner, l.weight, ms(l.lo), hi)
+	}
+	for _, t := range st.line {
+		hi := "?"
+		if t.hi != Never {
+			hi = ms(t.hi)
+		}
+		fmt.Fprintf(&b, "line(k%d) o%d×%d [%s, %s] ", t.key, t.owner, t.weight, ms(t.lo), hi)
 	}
 	keys := make([]int, 0, len(st.tokens))
 	for k := range st.tokens {
@@ -316,6 +485,9 @@ func describe(in, out any) string {
 			s += fmt.Sprintf(" parent %d", op.Parent)
 		}
 	}
+	if op.Line {
+		s += map[Kind]string{Acquire: " with a ticket", Release: " leaving the line"}[op.Kind]
+	}
 	switch {
 	case res.Unknown:
 		return s + " → unknown"
@@ -323,6 +495,8 @@ func describe(in, out any) string {
 		return fmt.Sprintf("%s → granted, token %d", s, res.Token)
 	case op.Kind == Acquire && res.Granted:
 		return s + " → granted"
+	case op.Kind == Acquire && op.Line:
+		return fmt.Sprintf("%s → refused, %d ahead", s, res.Ahead)
 	case op.Kind == Acquire:
 		return s + " → refused"
 	case op.Kind == Renew && res.Lost:

@@ -10,7 +10,7 @@ import (
 
 const tms = time.Millisecond
 
-var bounds = Bounds{TTL: 100 * tms, Early: 2 * tms, Late: 5 * tms}
+var bounds = Bounds{TTL: 100 * tms, Early: 2 * tms, Late: 5 * tms, Ticket: 40 * tms, Claim: 20 * tms}
 
 // h builds a history of operations (call and return in ms).
 type h []porcupine.Operation
@@ -29,6 +29,23 @@ func lock(kind Kind, owner int) Op {
 }
 
 func granted(token uint64) Result { return Result{Granted: true, Token: token} }
+
+// wait is an acquire of the lock with a ticket; leave, a release that
+// leaves the line.
+func wait(owner int) Op {
+	op := lock(Acquire, owner)
+	op.Fence, op.Line = false, true
+	return op
+}
+
+func leave(owner int) Op {
+	op := lock(Release, owner)
+	op.Line = true
+	return op
+}
+
+// behind is a refusal with n tickets ahead.
+func behind(n int) Result { return Result{Ahead: n} }
 
 // TestModel: histories the model must accept, and those it must refuse —
 // so the checker can fail.
@@ -86,6 +103,66 @@ func TestModel(t *testing.T) {
 			add(0, Op{Kind: Acquire, Group: 2, Key: 0, Owner: 1, Weight: 2, Max: 2, Parent: 3}, 0, 1, granted(0)).
 			add(1, Op{Kind: Acquire, Group: 2, Key: 1, Owner: 2, Weight: 2, Max: 2, Parent: 3}, 2, 3, refused).
 			add(1, Op{Kind: Acquire, Group: 2, Key: 1, Owner: 2, Weight: 1, Max: 2, Parent: 3}, 4, 5, granted(0)), true},
+		// Lines: a ticket lasts 40 ms, a slot handed to it 20 ms.
+		{"a freed slot goes to the head of the line", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, wait(3), 4, 5, behind(1)).
+			add(0, lock(Release, 1), 6, 7, ok).
+			add(2, wait(3), 8, 9, behind(0)).
+			add(1, wait(2), 10, 11, granted(0)), true},
+		{"the second in line served before the head", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, wait(3), 4, 5, behind(1)).
+			add(0, lock(Release, 1), 6, 7, ok).
+			add(2, wait(3), 8, 9, granted(0)), false},
+		{"a place in the line misreported", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, wait(3), 4, 5, behind(0)), false},
+		{"a caller without a ticket granted over a live one", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(1, wait(2), 90, 91, behind(0)).
+			add(2, lock(Acquire, 3), 110, 111, granted(11)), false},
+		{"a caller without a ticket refused while one waits", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(1, wait(2), 90, 91, behind(0)).
+			add(2, lock(Acquire, 3), 110, 111, refused).
+			add(1, wait(2), 112, 113, granted(0)), true},
+		{"a caller granted once the line's ticket expired", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, lock(Acquire, 3), 110, 111, granted(11)), true},
+		{"an expired ticket keeps its place when its owner comes back", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, wait(3), 44, 45, behind(1)).
+			add(1, wait(2), 60, 61, behind(0)), true},
+		{"a line longer than the tickets in it", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, wait(3), 44, 45, behind(1)).
+			add(1, wait(2), 60, 61, behind(2)), false},
+		{"a waiter that left is not served", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(2, wait(3), 4, 5, behind(1)).
+			add(1, leave(2), 6, 7, ok).
+			add(0, lock(Release, 1), 8, 9, ok).
+			add(2, wait(3), 10, 11, granted(0)), true},
+		{"a handed slot lapses after its claim", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(0, lock(Release, 1), 6, 7, ok).
+			add(2, lock(Acquire, 3), 40, 41, granted(11)), true},
+		{"a handed slot taken within its claim", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(0, lock(Release, 1), 6, 7, ok).
+			add(2, lock(Acquire, 3), 20, 21, granted(11)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Check(1, tc.h, bounds, t.TempDir(), 10*time.Second)
@@ -105,12 +182,13 @@ func TestModel(t *testing.T) {
 // TestOveradmitted: holders certainly granted beyond a cap at once are
 // counted, with how long; holders one after another are not.
 func TestOveradmitted(t *testing.T) {
+	ok := Result{}
 	crash := Op{Kind: Crash, Group: -1}
 	after := h{}.
 		add(0, lock(Acquire, 1), 0, 1, granted(10)).
 		add(0, lock(Release, 1), 20, 21, Result{}).
 		add(1, lock(Acquire, 2), 22, 23, granted(11))
-	if o := Overadmitted(after, bounds); o != (Overadmission{}) {
+	if o := Overadmitted(after, bounds); o.Slots != 0 || o.Total != 0 || o.Witness != nil {
 		t.Fatalf("one holder after another: %+v, want none", o)
 	}
 	// A crash loses holder 1's lease; holder 2 is granted 30 ms later and
@@ -124,7 +202,29 @@ func TestOveradmitted(t *testing.T) {
 	if o.Slots != 1 || o.Longest != 30*tms || o.Total != 30*tms {
 		t.Fatalf("a holder beside a crash's: %+v, want 1 slot for 30ms", o)
 	}
+	if len(o.Witness) != 2 || o.Witness[0] != over[0] || o.Witness[1] != over[2] {
+		t.Fatalf("witness %v, want both grants:\n%s", o.Witness, o.Explain(over, bounds))
+	}
 	if err := Check(1, over, bounds, "", 10*time.Second); err != nil {
 		t.Fatalf("the model refuses a crash's history: %v", err)
+	}
+	// A slot handed to a ticket is extended, with its weight, by its
+	// owner's grant of two: 2 + 1 of 3, not 2 + 2.
+	pool := func(kind Kind, owner, weight int) Op {
+		return Op{Kind: kind, Owner: owner, Weight: weight, Max: 3}
+	}
+	waiting := pool(Acquire, 2, 1)
+	waiting.Line = true
+	handed := h{}.
+		add(0, pool(Acquire, 1, 2), 0, 1, granted(0)).
+		add(1, pool(Acquire, 3, 1), 2, 3, granted(0)).
+		add(2, waiting, 4, 5, behind(0)).
+		add(1, pool(Release, 3, 1), 6, 7, ok).
+		add(2, pool(Acquire, 2, 2), 8, 9, granted(0))
+	if err := Check(1, handed, bounds, "", 10*time.Second); err != nil {
+		t.Fatalf("the model refuses a handed slot's history: %v", err)
+	}
+	if o := Overadmitted(handed, bounds); o.Slots != 0 {
+		t.Fatalf("a handed slot extended: %s", o.Explain(handed, bounds))
 	}
 }

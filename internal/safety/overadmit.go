@@ -1,7 +1,9 @@
 package safety
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -15,6 +17,9 @@ type Overadmission struct {
 	Slots   int
 	Longest time.Duration
 	Total   time.Duration
+	// Witness is the grants certainly held when the longest stretch began,
+	// in the order of their calls: what to read first when it is not zero.
+	Witness []porcupine.Operation
 }
 
 // Overadmitted measures h's overadmission. A holder certainly holds a
@@ -27,11 +32,25 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 	type span struct {
 		from, to time.Duration
 		op       Op
+		weight   int // what the lease takes: a grant extends a lease the owner held, of its weight
+		grant    porcupine.Operation
 	}
 	type who struct{ group, key, owner int }
 	ops := slices.Clone(h)
 	slices.SortFunc(ops, func(x, y porcupine.Operation) int { return int(x.Call - y.Call) })
 	open := map[who]*span{}
+	// A grant may extend a lease its owner held unseen, keeping that
+	// lease's weight: a slot handed to its ticket, or the lease of an
+	// acquire of unknown outcome. The lighter weight is the one certain.
+	tickets, unsure := map[who]int{}, map[who]int{}
+	weight := func(k who, w int) int {
+		for _, m := range []map[who]int{tickets, unsure} {
+			if x, ok := m[k]; ok {
+				w = min(w, x)
+			}
+		}
+		return w
+	}
 	var spans []span
 	end := func(k who, at time.Duration) {
 		if s := open[k]; s != nil {
@@ -48,6 +67,20 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 			continue
 		}
 		k := who{in.Group, in.Key, in.Owner}
+		switch {
+		case res.Unknown && in.Kind == Acquire:
+			unsure[k] = weight(k, in.Weight)
+			if in.Line {
+				tickets[k] = weight(k, in.Weight)
+			}
+		case in.Kind == Acquire && in.Line && !res.Granted:
+			tickets[k] = weight(k, in.Weight)
+		case in.Kind == Release:
+			delete(unsure, k)
+			if in.Line {
+				delete(tickets, k)
+			}
+		}
 		switch {
 		case res.Unknown:
 			end(k, in.Call)
@@ -66,7 +99,10 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 				continue
 			}
 			end(k, in.Call)
-			open[k] = &span{from: in.Return, to: in.Call + b.TTL - b.Early, op: in}
+			open[k] = &span{from: in.Return, to: in.Call + b.TTL - b.Early, op: in, weight: weight(k, in.Weight), grant: o}
+			if in.Line {
+				delete(tickets, k) // a grant takes the ticket out of the line
+			}
 		case in.Kind == Renew, in.Kind == Release:
 			end(k, in.Call)
 		}
@@ -76,26 +112,28 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 	}
 	// Sweep each pool and each parent.
 	type edge struct {
-		at time.Duration
-		w  int
+		at   time.Duration
+		w    int
+		span int
 	}
 	type capped struct {
 		edges []edge
 		max   int
 	}
 	caps := map[[2]int]*capped{}
-	add := func(key [2]int, max int, s span) {
+	add := func(key [2]int, max int, i int) {
 		c := caps[key]
 		if c == nil {
 			c = &capped{max: max}
 			caps[key] = c
 		}
-		c.edges = append(c.edges, edge{s.from, s.op.Weight}, edge{s.to, -s.op.Weight})
+		s := spans[i]
+		c.edges = append(c.edges, edge{s.from, s.weight, i}, edge{s.to, -s.weight, i})
 	}
-	for _, s := range spans {
-		add([2]int{s.op.Group, s.op.Key}, s.op.Max, s)
+	for i, s := range spans {
+		add([2]int{s.op.Group, s.op.Key}, s.op.Max, i)
 		if s.op.Parent > 0 {
-			add([2]int{s.op.Group, -1}, s.op.Parent, s)
+			add([2]int{s.op.Group, -1}, s.op.Parent, i)
 		}
 	}
 	var out Overadmission
@@ -108,19 +146,74 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 		})
 		n := 0
 		var since time.Duration
+		held := map[int]bool{}
+		var witness []porcupine.Operation
 		for _, e := range c.edges {
 			before := n > c.max
 			n += e.w
+			if e.w > 0 {
+				held[e.span] = true
+			} else {
+				delete(held, e.span)
+			}
 			switch after := n > c.max; {
 			case !before && after:
-				since = e.at
+				since, witness = e.at, witness[:0]
+				for i := range held {
+					witness = append(witness, spans[i].grant)
+				}
 			case before && !after:
 				d := e.at - since
 				out.Total += d
-				out.Longest = max(out.Longest, d)
+				if d > out.Longest {
+					out.Longest = d
+					out.Witness = slices.Clone(witness)
+				}
 			}
 			out.Slots = max(out.Slots, n-c.max)
 		}
 	}
+	slices.SortFunc(out.Witness, func(x, y porcupine.Operation) int { return int(x.Call - y.Call) })
 	return out
+}
+
+// Explain describes the longest stretch over a cap: the witness's grants,
+// and every operation of h on their pools from a TTL before the first
+// grant's call to a TTL after the last's.
+func (o Overadmission) Explain(h []porcupine.Operation, b Bounds) string {
+	if len(o.Witness) == 0 {
+		return "nothing over a cap"
+	}
+	first, last := o.Witness[0].Input.(Op), o.Witness[len(o.Witness)-1].Input.(Op)
+	from, to := first.Call-b.TTL, last.Call+b.TTL
+	pools := map[[2]int]bool{}
+	for _, w := range o.Witness {
+		in := w.Input.(Op)
+		pools[[2]int{in.Group, in.Key}] = true
+	}
+	ops := slices.Clone(h)
+	slices.SortFunc(ops, func(x, y porcupine.Operation) int { return int(x.Call - y.Call) })
+	var s strings.Builder
+	fmt.Fprintf(&s, "%d slots over a cap, for %s at most; the longest began with these held:\n", o.Slots, o.Longest)
+	for _, w := range o.Witness {
+		fmt.Fprintf(&s, "  %s\n", entry(w))
+	}
+	s.WriteString("their pools' operations around it:\n")
+	for _, op := range ops {
+		in := op.Input.(Op)
+		if (pools[[2]int{in.Group, in.Key}] || in.Kind == Crash) && in.Call >= from && in.Call <= to {
+			fmt.Fprintf(&s, "  %s\n", entry(op))
+		}
+	}
+	return s.String()
+}
+
+// entry describes one operation of a history with its client and interval.
+func entry(op porcupine.Operation) string {
+	in := op.Input.(Op)
+	ret := "…"
+	if in.Return != Never {
+		ret = ms(in.Return)
+	}
+	return fmt.Sprintf("client %d [%s, %s] %s", op.ClientId, ms(in.Call), ret, describe(op.Input, op.Output))
 }

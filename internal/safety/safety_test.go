@@ -60,18 +60,22 @@ func seeds(t *testing.T) []int64 {
 	return out
 }
 
-var bounds = safety.Bounds{TTL: 300 * time.Millisecond, Early: 3 * time.Millisecond, Late: 20 * time.Millisecond}
+var bounds = safety.Bounds{TTL: 300 * time.Millisecond, Early: 3 * time.Millisecond, Late: 20 * time.Millisecond,
+	Ticket: 150 * time.Millisecond, Claim: 60 * time.Millisecond}
+
+// line is the workload's ticket, as bounds has it.
+var line = store.Ticket{TTL: bounds.Ticket, Claim: bounds.Claim}
 
 // check runs the workload once per seed, on the stores that open makes for
 // each run (a fresh namespace: name), with faults beside it, and checks
 // every history.
-func check(t *testing.T, open func(t *testing.T, seed int64) func() store.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
+func check(t *testing.T, open func(t *testing.T, seed int64) func() safety.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
 	checkRuns(t, safety.Config{}, open, faults)
 }
 
 // checkRuns is check with cfg's clients, duration and timeout.
-func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int64) func() store.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
-	ops, unknown, crashed := 0, 0, 0
+func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int64) func() safety.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
+	ops, unknown, crashed, lost := 0, 0, 0, 0
 	var over safety.Overadmission
 	ss := seeds(t)
 	for _, seed := range ss {
@@ -79,15 +83,19 @@ func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int
 		// when it ends.
 		ok := t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			cfg := cfg
-			cfg.Seed, cfg.Name, cfg.TTL = seed, fmt.Sprintf("safety:%s:%d", t.Name(), time.Now().UnixNano()), bounds.TTL
+			cfg.Seed, cfg.Name, cfg.TTL, cfg.Line = seed, fmt.Sprintf("safety:%s:%d", t.Name(), time.Now().UnixNano()), bounds.TTL, line
 			var f func(context.Context, *safety.Faults)
 			if faults != nil {
 				f = faults(seed)
 			}
 			h := safety.Run(context.Background(), cfg, open(t, seed), f)
 			for _, op := range h {
-				if op.Output.(safety.Result).Unknown {
+				res := op.Output.(safety.Result)
+				if res.Unknown {
 					unknown++
+				}
+				if res.Lost {
+					lost++
 				}
 			}
 			ops, crashed = ops+len(h), crashed+crashes(h)
@@ -99,7 +107,7 @@ func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int
 			// unless the store lost leases (a crash the history records).
 			o := safety.Overadmitted(h, bounds)
 			if o.Slots > 0 && crashes(h) == 0 {
-				t.Fatalf("seed %d: %d slots over a cap for %s, with no crash", seed, o.Slots, o.Longest)
+				t.Fatalf("seed %d, with no crash: %s", seed, o.Explain(h, bounds))
 			}
 			over.Slots, over.Longest, over.Total = max(over.Slots, o.Slots), max(over.Longest, o.Longest), over.Total+o.Total
 		})
@@ -107,21 +115,21 @@ func checkRuns(t *testing.T, cfg safety.Config, open func(t *testing.T, seed int
 			return
 		}
 	}
-	t.Logf("%d runs, %d operations checked, %d of unknown outcome, %d crashes: linearizable; over a cap: at most %d slots, for %s at most, %s in all",
-		len(ss), ops, unknown, crashed, over.Slots, over.Longest, over.Total)
+	t.Logf("%d runs, %d operations checked, %d of unknown outcome, %d crashes, %d renewals that found their lease lost: linearizable; over a cap: at most %d slots, for %s at most, %s in all",
+		len(ss), ops, unknown, crashed, lost, over.Slots, over.Longest, over.Total)
 }
 
 func TestHistoriesMemstore(t *testing.T) {
 	t.Parallel()
-	check(t, func(t *testing.T, seed int64) func() store.Store {
+	check(t, func(t *testing.T, seed int64) func() safety.Store {
 		s := memstore.New()
-		return func() store.Store { return s }
+		return func() safety.Store { return s }
 	}, nil)
 }
 
-func redisThrough(t *testing.T, addr string) func() store.Store {
+func redisThrough(t *testing.T, addr string) func() safety.Store {
 	prefix := testenv.Prefix(t, testenv.Redis(t))
-	return func() store.Store {
+	return func() safety.Store {
 		o := testenv.RedisOptions()
 		o.Addr = addr
 		c := redis.NewClient(o)
@@ -136,16 +144,16 @@ func redisThrough(t *testing.T, addr string) func() store.Store {
 
 func TestHistoriesRedis(t *testing.T) {
 	t.Parallel()
-	check(t, func(t *testing.T, seed int64) func() store.Store {
+	check(t, func(t *testing.T, seed int64) func() safety.Store {
 		return redisThrough(t, testenv.RedisAddr())
 	}, nil)
 }
 
 func TestHistoriesCluster(t *testing.T) {
 	t.Parallel()
-	check(t, func(t *testing.T, seed int64) func() store.Store {
+	check(t, func(t *testing.T, seed int64) func() safety.Store {
 		prefix := testenv.Prefix(t, testenv.RedisCluster(t))
-		return func() store.Store {
+		return func() safety.Store {
 			s, err := redisstore.New(testenv.RedisCluster(t), redisstore.WithPrefix(prefix))
 			if err != nil {
 				t.Fatal(err)
@@ -206,7 +214,7 @@ func proxy(t *testing.T, upstream string) *faultproxy.Proxy {
 func TestHistoriesRedisFaults(t *testing.T) {
 	t.Parallel()
 	var p *faultproxy.Proxy
-	check(t, func(t *testing.T, seed int64) func() store.Store {
+	check(t, func(t *testing.T, seed int64) func() safety.Store {
 		p = proxy(t, testenv.RedisAddr())
 		return redisThrough(t, p.Addr())
 	}, chaos(&p))
@@ -215,14 +223,14 @@ func TestHistoriesRedisFaults(t *testing.T) {
 func TestHistoriesPostgresFaults(t *testing.T) {
 	t.Parallel()
 	var p *faultproxy.Proxy
-	check(t, func(t *testing.T, seed int64) func() store.Store {
+	check(t, func(t *testing.T, seed int64) func() safety.Store {
 		pool := pgenv.Pool(t)
 		schema := pgenv.Schema(t, pool)
 		if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
 			t.Fatal(err)
 		}
 		p = proxy(t, hostOf(t, pool))
-		return func() store.Store {
+		return func() safety.Store {
 			cfg := pool.Config().Copy()
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", portOf(t, p.Addr())
 			return pgStore(t, cfg, schema)
@@ -350,11 +358,11 @@ func restarts(p server, persistent bool) func(seed int64) func(context.Context, 
 	}
 }
 
-func redisProcess(t *testing.T, p *testenv.RedisProcess) func() store.Store {
+func redisProcess(t *testing.T, p *testenv.RedisProcess) func() safety.Store {
 	admin := redis.NewClient(p.Options())
 	t.Cleanup(func() { _ = admin.Close() })
 	prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
-	return func() store.Store {
+	return func() safety.Store {
 		c := redis.NewClient(p.Options())
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
@@ -371,7 +379,7 @@ func redisProcess(t *testing.T, p *testenv.RedisProcess) func() store.Store {
 func TestHistoriesRedisRestart(t *testing.T) {
 	t.Parallel()
 	p := testenv.StartRedis(t)
-	check(t, func(t *testing.T, seed int64) func() store.Store { return redisProcess(t, p) }, restarts(p, false))
+	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(p, false))
 }
 
 // TestHistoriesRedisRestartPersistent: with an append-only file fsynced
@@ -380,7 +388,7 @@ func TestHistoriesRedisRestart(t *testing.T) {
 func TestHistoriesRedisRestartPersistent(t *testing.T) {
 	t.Parallel()
 	p := testenv.StartRedisPersistent(t)
-	check(t, func(t *testing.T, seed int64) func() store.Store { return redisProcess(t, p) }, restarts(p, true))
+	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(p, true))
 }
 
 // TestHistoriesPostgresRestart: PostgreSQL killed (the server and every
@@ -396,12 +404,12 @@ func TestHistoriesPostgresRestart(t *testing.T) {
 		var ce *pgconn.ConnectError
 		return errors.As(err, &ce) || pgconn.SafeToRetry(err)
 	}}
-	checkRuns(t, cfg, func(t *testing.T, seed int64) func() store.Store { return pgProcess(t, p) }, restarts(p, false))
+	checkRuns(t, cfg, func(t *testing.T, seed int64) func() safety.Store { return pgProcess(t, p) }, restarts(p, false))
 }
 
 // pgProcess migrates a schema of t's own on p and returns its stores,
 // each with a pool of its own that fails fast while the server is down.
-func pgProcess(t *testing.T, p *pgenv.Process) func() store.Store {
+func pgProcess(t *testing.T, p *pgenv.Process) func() safety.Store {
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, p.URL())
 	if err != nil {
@@ -412,7 +420,7 @@ func pgProcess(t *testing.T, p *pgenv.Process) func() store.Store {
 	if err := pgstore.Migrate(ctx, admin, pgstore.WithSchema(schema)); err != nil {
 		t.Fatal(err)
 	}
-	return func() store.Store {
+	return func() safety.Store {
 		cfg, err := pgxpool.ParseConfig(p.URL())
 		if err != nil {
 			t.Fatal(err)
@@ -449,7 +457,7 @@ func TestFailoverWithoutAcksIsBounded(t *testing.T) {
 	violations, ops, ss := 0, 0, seeds(t)
 	for _, seed := range ss {
 		cfg := cfg
-		cfg.Seed, cfg.Name, cfg.TTL = seed, fmt.Sprintf("safety:unacked:%d", time.Now().UnixNano()), bounds.TTL
+		cfg.Seed, cfg.Name, cfg.TTL, cfg.Line = seed, fmt.Sprintf("safety:unacked:%d", time.Now().UnixNano()), bounds.TTL, line
 		h := safety.Run(context.Background(), cfg, open(t, seed), faults(seed))
 		ops += len(h)
 		if err := safety.Check(seed, h, bounds, "", time.Minute); err != nil {
@@ -474,10 +482,10 @@ func TestHistoriesSentinelFailoverAcked(t *testing.T) {
 	t.Parallel()
 	cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second}
 	var sn *testenv.Sentinel // the run's: open starts it, the faults fail it over
-	open := func(t *testing.T, seed int64) func() store.Store {
+	open := func(t *testing.T, seed int64) func() safety.Store {
 		sn = testenv.StartSentinel(t)
 		prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
-		return func() store.Store {
+		return func() safety.Store {
 			s, err := redisstore.New(sn.Client(), redisstore.WithPrefix(prefix), redisstore.WithReplicaAcks(1, 500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -504,10 +512,10 @@ func TestHistoriesSentinelFailoverAcked(t *testing.T) {
 }
 
 // clusterStores opens redisstores on c, each run in a namespace of its own.
-func clusterStores(c *testenv.Cluster, opts ...redisstore.Option) func(t *testing.T, seed int64) func() store.Store {
-	return func(t *testing.T, seed int64) func() store.Store {
+func clusterStores(c *testenv.Cluster, opts ...redisstore.Option) func(t *testing.T, seed int64) func() safety.Store {
+	return func(t *testing.T, seed int64) func() safety.Store {
 		prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
-		return func() store.Store {
+		return func() safety.Store {
 			s, err := redisstore.New(c.Client(nil), append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 			if err != nil {
 				t.Fatal(err)

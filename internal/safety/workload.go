@@ -21,6 +21,9 @@ type Config struct {
 	Duration time.Duration // default 2 s
 	TTL      time.Duration // of every lease; default 300 ms
 	Timeout  time.Duration // of every call: past it, the outcome is unknown; default 1 s
+	// Line is the ticket of the acquires that wait in a line (on the pools
+	// without a parent); default 150 ms, claimed within 60 ms.
+	Line store.Ticket
 	// NotSent, if set, reports whether a call's error proves that the
 	// call never reached the server (it could not connect): such a call
 	// had no effect, and is left out of the history rather than recorded
@@ -43,6 +46,17 @@ func (c *Config) defaults() {
 	if c.Timeout == 0 {
 		c.Timeout = time.Second
 	}
+	if c.Line == (store.Ticket{}) {
+		c.Line = store.Ticket{TTL: 150 * time.Millisecond, Claim: 60 * time.Millisecond}
+	}
+}
+
+// Store is what the workload calls: a store.Store, or a client process's
+// store (Process).
+type Store interface {
+	Acquire(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand) (store.Grant, error)
+	Release(ctx context.Context, pool store.PoolID, owner store.Owner, d store.Demand, leave bool) (kept bool, err error)
+	Renew(ctx context.Context, batch []store.Renewal) error
 }
 
 // group is a partition of the workload: a plain pool (no parent), or a
@@ -95,7 +109,7 @@ func (f *Faults) Crashed(since time.Duration) {
 // client, and returns the history it recorded. faults, if set, runs on the
 // caller's goroutine (so it may fail a test) while the clients run, and
 // must return once its ctx ends.
-func Run(ctx context.Context, cfg Config, open func() store.Store, faults func(ctx context.Context, f *Faults)) []porcupine.Operation {
+func Run(ctx context.Context, cfg Config, open func() Store, faults func(ctx context.Context, f *Faults)) []porcupine.Operation {
 	cfg.defaults()
 	gs := groups(cfg.Name)
 	start := time.Now()
@@ -142,7 +156,7 @@ type client struct {
 	id     int
 	cfg    Config
 	gs     []group
-	s      store.Store
+	s      Store
 	clock  func() time.Duration
 	record func(int, Op, Result)
 	rng    *rand.Rand
@@ -152,14 +166,41 @@ func (c *client) run(ctx context.Context) {
 	const owners = 3
 	var ids [owners]store.Owner
 	var holds [owners]*held
+	var waits [owners]*Op // the acquire an owner waits with in a line
 	for i := range ids {
 		ids[i] = store.NewOwner()
+	}
+	// poll acquires again with the owner's ticket: the owner holds the
+	// slot, waits on, or (an unknown outcome) leaves the line.
+	poll := func(o int) {
+		op := *waits[o]
+		switch res := c.acquire(ctx, ids[o], op); {
+		case res.Unknown:
+			c.release(ctx, ids[o], op, true)
+			waits[o] = nil
+		case res.Granted:
+			holds[o], waits[o] = &held{op: op}, nil
+		}
 	}
 	for ctx.Err() == nil {
 		o := c.rng.IntN(owners)
 		owner := c.id*owners + o
 		h := holds[o]
 		switch r := c.rng.Float64(); {
+		case waits[o] != nil:
+			switch {
+			case r < 0.6:
+				poll(o)
+			case r < 0.75:
+				c.release(ctx, ids[o], *waits[o], true) // gives up waiting
+				waits[o] = nil
+			case r < 0.85:
+				waits[o] = nil // walks away: its ticket expires
+			default:
+				// The waiter pauses past its ticket, then comes back.
+				sleep(ctx, c.cfg.Line.TTL+time.Duration(c.rng.Int64N(int64(c.cfg.Line.TTL/2))))
+				poll(o)
+			}
 		case h == nil:
 			g := c.rng.IntN(len(c.gs))
 			k := c.rng.IntN(len(c.gs[g].keys))
@@ -168,15 +209,19 @@ func (c *client) run(ctx context.Context) {
 				w = 2
 			}
 			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: w, Max: c.gs[g].max[k], Parent: c.gs[g].total, Fence: c.rng.IntN(2) == 0}
+			// Lines on the pools without a parent, for callers of one slot.
+			op.Line = op.Parent == 0 && w == 1 && c.rng.IntN(2) == 0
 			res := c.acquire(ctx, ids[o], op)
 			switch {
 			case res.Unknown:
-				c.release(ctx, ids[o], op) // it may hold it: give it back
+				c.release(ctx, ids[o], op, op.Line) // it may hold it: give it back
 			case res.Granted:
 				holds[o] = &held{op: op}
+			case op.Line:
+				waits[o] = &op
 			}
 		case r < 0.45:
-			c.release(ctx, ids[o], h.op)
+			c.release(ctx, ids[o], h.op, false)
 			holds[o] = nil
 		case r < 0.8:
 			if res := c.renew(ctx, ids[o], h.op); res.Lost {
@@ -186,7 +231,7 @@ func (c *client) run(ctx context.Context) {
 			again := h.op
 			again.Fence = c.rng.IntN(2) == 0
 			if res := c.acquire(ctx, ids[o], again); res.Unknown {
-				c.release(ctx, ids[o], h.op)
+				c.release(ctx, ids[o], h.op, false)
 				holds[o] = nil
 			}
 		default:
@@ -194,22 +239,29 @@ func (c *client) run(ctx context.Context) {
 			// lease lost, unless it renewed in time.
 			sleep(ctx, c.cfg.TTL+time.Duration(c.rng.Int64N(int64(c.cfg.TTL/2))))
 			if res := c.renew(ctx, ids[o], h.op); res.Lost || res.Unknown {
-				c.release(ctx, ids[o], h.op)
+				c.release(ctx, ids[o], h.op, false)
 				holds[o] = nil
 			}
 		}
 		sleep(ctx, time.Duration(c.rng.Int64N(int64(3*time.Millisecond))))
 	}
-	// Every lease is given back, after the run's clock stops mattering.
-	for o, h := range holds {
-		if h != nil {
-			c.release(context.Background(), ids[o], h.op)
+	// Every lease is given back and every line left, after the run's clock
+	// stops mattering.
+	for o := range ids {
+		switch {
+		case holds[o] != nil:
+			c.release(context.Background(), ids[o], holds[o].op, false)
+		case waits[o] != nil:
+			c.release(context.Background(), ids[o], *waits[o], true)
 		}
 	}
 }
 
 func (c *client) demand(op Op) store.Demand {
 	d := store.Demand{Max: op.Max, TTL: c.cfg.TTL, Fence: op.Fence}
+	if op.Kind == Acquire && op.Line {
+		d.Line = c.cfg.Line
+	}
 	if op.Weight > 1 || op.Parent > 0 {
 		g := c.gs[op.Group]
 		d.Shared = &store.Shared{Weight: op.Weight, Parent: store.Parent{Pool: g.parent, Max: g.total, Share: 1}}
@@ -226,18 +278,20 @@ func (c *client) acquire(ctx context.Context, owner store.Owner, op Op) Result {
 	if c.notSent(err) {
 		return Result{} // nothing happened: not granted, and what was held still is
 	}
-	res := Result{Unknown: err != nil, Granted: g.Granted, Token: g.Token}
+	res := Result{Unknown: err != nil, Granted: g.Granted, Token: g.Token, Ahead: g.Ahead}
 	c.record(c.id, op, res)
 	return res
 }
 
-func (c *client) release(ctx context.Context, owner store.Owner, acq Op) {
+// release gives back acq's lease; with leave, the owner also leaves the
+// line.
+func (c *client) release(ctx context.Context, owner store.Owner, acq Op, leave bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 	defer cancel()
 	op := acq
-	op.Kind, op.Fence = Release, false
+	op.Kind, op.Fence, op.Line = Release, false, leave
 	op.Call = c.clock()
-	_, err := c.s.Release(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op), false)
+	_, err := c.s.Release(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op), leave)
 	op.Return = c.clock()
 	if c.notSent(err) {
 		return // the lease stays until its TTL
@@ -249,7 +303,7 @@ func (c *client) renew(ctx context.Context, owner store.Owner, acq Op) Result {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 	defer cancel()
 	op := acq
-	op.Kind, op.Fence = Renew, false
+	op.Kind, op.Fence, op.Line = Renew, false, false
 	g := c.gs[op.Group]
 	batch := []store.Renewal{{Pool: g.keys[op.Key], Owner: owner, TTL: c.cfg.TTL, Weight: op.Weight, Parent: g.parent}}
 	op.Call = c.clock()
