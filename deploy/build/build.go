@@ -68,7 +68,6 @@ func GitStamp(root string) (Stamp, error) {
 	return Stamp{Version: version, Revision: rev, Time: time.Unix(secs, 0).UTC()}, nil
 }
 
-// Keycap builds cmd/keycap of the repository at root for goos/goarch into
 // Checkout is what the deploy commands start from: the repository's root,
 // the stamp of its checkout, and out made absolute under the root when it
 // is relative (a command's -out flag).
@@ -86,6 +85,7 @@ func Checkout(out string) (root string, s Stamp, dir string, err error) {
 	return root, s, dir, nil
 }
 
+// Keycap builds cmd/keycap of the repository at root for goos/goarch into
 // out.
 func Keycap(root, goos, goarch string, s Stamp, out string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false",

@@ -26,8 +26,11 @@ import (
 	"github.com/keycap/keycap/deploy/image"
 )
 
-// maxCompressed bounds what a node pulls for one architecture.
-const maxCompressed = 20 << 20
+// maxSize bounds the image of one architecture, pulled (compressed) and
+// unpacked: 20 MB. The binary alone is 15 MB; linking text/template back
+// in (html/template, which cmd/keycap/internal/gateway/html.go replaces)
+// brings it to 23 MB.
+const maxSize = 20_000_000
 
 // TestImage builds the image for amd64 and arm64 from this checkout, checks
 // what is in it — the binary alone, non-root, its entrypoint, labels and
@@ -112,8 +115,8 @@ func TestImage(t *testing.T) {
 		}
 		s := sizes[i]
 		t.Logf("%s: %.1f MB compressed (pulled), %.1f MB unpacked", d.Platform, float64(s.Compressed)/1e6, float64(s.Unpacked)/1e6)
-		if s.Compressed > maxCompressed {
-			t.Errorf("%s: %d bytes compressed, more than %d", d.Platform, s.Compressed, maxCompressed)
+		if s.Compressed > maxSize || s.Unpacked > maxSize {
+			t.Errorf("%s: %d bytes compressed, %d unpacked: more than %d", d.Platform, s.Compressed, s.Unpacked, maxSize)
 		}
 	}
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"html"
-	"html/template"
 	"strings"
 )
 
@@ -30,7 +29,7 @@ const (
 // chart draws series over the window: lines share one scale (its top
 // labelled), bars have their own (their peak in the legend). title is its
 // accessible name.
-func chart(title string, series ...chartSeries) template.HTML {
+func chart(title string, series ...chartSeries) markup {
 	var b strings.Builder
 	top := 1.0
 	for _, s := range series {
@@ -79,7 +78,7 @@ func chart(title string, series ...chartSeries) template.HTML {
 	fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="10" fill="#667" text-anchor="end">now</text>`, chartW, chartH-2)
 	fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="10" text-anchor="middle">%s</text>`, chartW/2, chartH-2, strings.Join(legend, " "))
 	b.WriteString(`</svg>`)
-	return template.HTML(b.String()) // every text in it escaped above; numbers and fixed colours otherwise
+	return markup(b.String()) // every text in it escaped above; numbers and fixed colours otherwise
 }
 
 // floats converts counts to a chart's points.

@@ -7,7 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
-	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -143,7 +143,7 @@ func (s *Server) overrideOfShown(ctx context.Context, route, app, key string) (k
 type pageLimit struct {
 	LimitSummary
 	Route        string // the first route of the pool: the key pages' links
-	Chart        template.HTML
+	Chart        markup
 	KeyRows      []pageKey
 	KeysSeen     int
 	KeysDropped  int64
@@ -159,7 +159,7 @@ type pageKey struct {
 
 type pageRoute struct {
 	RouteHistory
-	Chart                               template.HTML
+	Chart                               markup
 	Requests, Refused, Failed, Upstream int
 }
 
@@ -206,9 +206,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	d.Limits, d.Traffic = s.joinHistory(rt.cfg, d.S, h, q)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", pageCSP)
-	if err := incidentTemplate.Execute(w, d); err != nil {
-		s.log.Error("keycap: admin page", "error", err)
-	}
+	_, _ = io.WriteString(w, incidentPage(d))
 }
 
 // joinHistory puts each limit's figures now beside its history.
@@ -365,14 +363,7 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	d := struct {
-		R    KeyReport
-		Err  string
-		CSRF string
-		Back string
-		Done string
-		Raw  string
-	}{CSRF: csrfToken(s.token()), Done: q.Get("done"), Raw: q.Get("key")}
+	d := keyPageData{CSRF: csrfToken(s.token()), Done: q.Get("done"), Raw: q.Get("key")}
 	rep, status, err := s.keyReport(ctx, q.Get("route"), q.Get("app"), q.Get("key"))
 	d.R = rep
 	d.R.Route, d.R.App = q.Get("route"), q.Get("app")
@@ -388,9 +379,7 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", pageCSP)
 	}
-	if err := keyTemplate.Execute(w, d); err != nil {
-		s.log.Error("keycap: admin key page", "error", err)
-	}
+	_, _ = io.WriteString(w, keyPageHTML(d))
 }
 
 // maxFormBody bounds a form the page posts.
@@ -456,57 +445,67 @@ func (s *Server) pageOverride(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, (&url.URL{Path: back.Path, RawQuery: q.Encode()}).String(), http.StatusSeeOther)
 }
 
-var pageFuncs = template.FuncMap{
-	"secs": func(f float64) string { return fmt.Sprintf("%.1fs", f) },
-	"rate": func(f float64) string { return fmt.Sprintf("%.1f", f) },
-	"maxOf": func(n int) string {
-		if n < 0 {
-			return "?"
-		}
-		return strconv.Itoa(n)
-	},
-	"deref": func(p *int) string {
-		if p == nil {
-			return "—"
-		}
-		return strconv.Itoa(*p)
-	},
-	"ago": func(t *time.Time) string {
-		if t == nil {
-			return "—"
-		}
-		return time.Since(*t).Round(time.Second).String() + " ago"
-	},
-	"dur": func(secs float64) string {
-		return (time.Duration(secs * float64(time.Second))).Round(100 * time.Millisecond).String()
-	},
-	"source": func(s string) string {
-		if s == "" {
-			return "keys not seen here"
-		}
-		return s
-	},
-	"keyLink": keyLink,
-	"appLink": func(app, user string) string {
-		return "/admin/key?" + url.Values{"app": {app}, "key": {user}}.Encode()
-	},
-	"hasPrefix": strings.HasPrefix,
-	"sortLink": func(q HistoryQuery, sort string, refresh int) string {
-		v := url.Values{"sort": {sort}}
-		if q.Route != "" {
-			v.Set("route", q.Route)
-		}
-		if q.Search != "" {
-			v.Set("q", q.Search)
-		}
-		if q.N != 0 {
-			v.Set("n", strconv.Itoa(q.N))
-		}
-		if refresh == 0 {
-			v.Set("refresh", "0")
-		}
-		return "/admin/?" + v.Encode()
-	},
+// The pages' formats.
+
+func secs(f float64) string { return fmt.Sprintf("%.1fs", f) }
+
+func perSecond(f float64) string { return fmt.Sprintf("%.1f", f) }
+
+// maxOf is a key's max, "?" when unknown (-1).
+func maxOf(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return strconv.Itoa(n)
+}
+
+func deref(p *int) string {
+	if p == nil {
+		return "—"
+	}
+	return strconv.Itoa(*p)
+}
+
+func ago(t *time.Time) string {
+	if t == nil {
+		return "—"
+	}
+	return time.Since(*t).Round(time.Second).String() + " ago"
+}
+
+func dur(secs float64) string {
+	return (time.Duration(secs * float64(time.Second))).Round(100 * time.Millisecond).String()
+}
+
+// source names a limit's keys.
+func source(s string) string {
+	if s == "" {
+		return "keys not seen here"
+	}
+	return s
+}
+
+func appLink(app, user string) string {
+	return "/admin/key?" + url.Values{"app": {app}, "key": {user}}.Encode()
+}
+
+// sortLink is the page's address with q, sorted by sort, refreshing or
+// not.
+func sortLink(q HistoryQuery, sort string, refresh int) string {
+	v := url.Values{"sort": {sort}}
+	if q.Route != "" {
+		v.Set("route", q.Route)
+	}
+	if q.Search != "" {
+		v.Set("q", q.Search)
+	}
+	if q.N != 0 {
+		v.Set("n", strconv.Itoa(q.N))
+	}
+	if refresh == 0 {
+		v.Set("refresh", "0")
+	}
+	return "/admin/?" + v.Encode()
 }
 
 const pageStyle = `<style>
@@ -527,157 +526,278 @@ form.inline { display: inline; } input, select, button { font: inherit; }
 a { color: #1d4ed8; }
 </style>`
 
-var incidentTemplate = template.Must(template.New("page").Funcs(pageFuncs).Parse(`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-{{if .Refresh}}<meta http-equiv="refresh" content="{{.Refresh}}">{{end}}
-<title>keycap · {{.S.Node}}</title>
-` + pageStyle + `
-</head>
-<body>
-<h1>keycap gateway</h1>
-<div class="sub">node <b data-field="node">{{.S.Node}}</b> · {{.S.At.Format "2006-01-02 15:04:05 UTC"}} ·
-{{if .Refresh}}refreshes every {{.Refresh}}s (<a href="{{sortLink .Q .Q.Sort 0}}">stop</a>){{else}}not refreshing (<a href="{{sortLink .Q .Q.Sort 5}}">refresh</a>){{end}}</div>
-{{with .Done}}<p class="done" data-field="done">{{.}}</p>{{end}}
-{{range .S.Problems}}<p class="problem" data-field="problem">{{.}}</p>{{end}}
-{{if .Off}}<p class="empty">The history is off (admin_api.history_keys: -1): the figures below are the store's, now.</p>{{end}}
+// incidentPage writes the page.
+func incidentPage(d pageData) string {
+	var p htmlPage
+	p.s("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
+	if d.Refresh != 0 {
+		p.f(`<meta http-equiv="refresh" content="%v">`, d.Refresh)
+	}
+	p.f("\n<title>keycap · %v</title>\n", d.S.Node)
+	p.s(pageStyle + "\n</head>\n<body>\n<h1>keycap gateway</h1>\n")
+	p.f(`<div class="sub">node <b data-field="node">%v</b> · %v ·`+"\n", d.S.Node, d.S.At.Format("2006-01-02 15:04:05 UTC"))
+	if d.Refresh != 0 {
+		p.f(`refreshes every %vs (<a href="%v">stop</a>)`, d.Refresh, sortLink(d.Q, d.Q.Sort, 0))
+	} else {
+		p.f(`not refreshing (<a href="%v">refresh</a>)`, sortLink(d.Q, d.Q.Sort, 5))
+	}
+	p.s("</div>\n")
+	if d.Done != "" {
+		p.f(`<p class="done" data-field="done">%v</p>`+"\n", d.Done)
+	}
+	for _, problem := range d.S.Problems {
+		p.f(`<p class="problem" data-field="problem">%v</p>`+"\n", problem)
+	}
+	if d.Off {
+		p.s(`<p class="empty">The history is off (admin_api.history_keys: -1): the figures below are the store's, now.</p>` + "\n")
+	}
 
-<form method="get" action="/admin/" data-form="filter">
-<label>route <select name="route"><option value="">every route</option>{{range .Routes}}<option{{if eq . $.Q.Route}} selected{{end}}>{{.}}</option>{{end}}</select></label>
-<label>key holds <input name="q" value="{{.Q.Search}}" size="24"></label>
-<label>sort by <select name="sort">{{range .Sorts}}<option{{if eq . $.Q.Sort}} selected{{end}}>{{.}}</option>{{end}}</select></label>
-<label>keys per limit <input name="n" value="{{if .Q.N}}{{.Q.N}}{{else}}10{{end}}" size="4"></label>
-{{if not .Refresh}}<input type="hidden" name="refresh" value="0">{{end}}
-<button type="submit">show</button>
-</form>
+	p.s("\n" + `<form method="get" action="/admin/" data-form="filter">` + "\n")
+	p.s(`<label>route <select name="route"><option value="">every route</option>`)
+	for _, r := range d.Routes {
+		p.f(`<option%v>%v</option>`, when(r == d.Q.Route, " selected"), r)
+	}
+	p.s("</select></label>\n")
+	p.f(`<label>key holds <input name="q" value="%v" size="24"></label>`+"\n", d.Q.Search)
+	p.s(`<label>sort by <select name="sort">`)
+	for _, sort := range d.Sorts {
+		p.f(`<option%v>%v</option>`, when(sort == d.Q.Sort, " selected"), sort)
+	}
+	p.s("</select></label>\n")
+	n := 10
+	if d.Q.N != 0 {
+		n = d.Q.N
+	}
+	p.f(`<label>keys per limit <input name="n" value="%v" size="4"></label>`+"\n", n)
+	if d.Refresh == 0 {
+		p.s(`<input type="hidden" name="refresh" value="0">` + "\n")
+	}
+	p.s("<button type=\"submit\">show</button>\n</form>\n\n")
 
-<h2>Requests per route, last {{.Window}} (this gateway)</h2>
-<table data-table="routes">
-<tr><th>route</th><th>requests</th><th>refused (429)</th><th>502/503/504</th><th>upstream 5xx</th><th>per 5 s</th></tr>
-{{range .Traffic}}<tr data-route="{{.Route}}"><td>{{.Route}}</td><td class="n" data-field="requests">{{.Requests}}</td><td class="n" data-field="refused">{{.Refused}}</td><td class="n" data-field="failed">{{.Failed}}</td><td class="n" data-field="upstream">{{.Upstream}}</td><td>{{.Chart}}</td></tr>
-{{else}}<tr><td colspan="6" class="empty">no requests yet</td></tr>{{end}}
-</table>
+	p.f("<h2>Requests per route, last %v (this gateway)</h2>\n", d.Window)
+	p.s(`<table data-table="routes">` + "\n")
+	p.s("<tr><th>route</th><th>requests</th><th>refused (429)</th><th>502/503/504</th><th>upstream 5xx</th><th>per 5 s</th></tr>\n")
+	for _, t := range d.Traffic {
+		p.f(`<tr data-route="%v"><td>%v</td><td class="n" data-field="requests">%v</td><td class="n" data-field="refused">%v</td><td class="n" data-field="failed">%v</td><td class="n" data-field="upstream">%v</td><td>%v</td></tr>`+"\n",
+			t.Route, t.Route, t.Requests, t.Refused, t.Failed, t.Upstream, t.Chart)
+	}
+	if len(d.Traffic) == 0 {
+		p.s(`<tr><td colspan="6" class="empty">no requests yet</td></tr>` + "\n")
+	}
+	p.s("</table>\n\n<h2>Limits</h2>\n")
+	p.f(`<p class="sub">Now: the store's figures, every gateway's holders. Charts and key tables: this gateway's last %v.</p>`+"\n", d.Window)
+	p.s(`<table data-table="limits">` + "\n")
+	p.s("<tr><th>pool</th><th>key</th><th>routes</th><th>max per key</th><th>keys</th><th>slots in use</th><th>waiting</th><th>at cap</th><th>refusals/s</th><th>busiest keys now (held / max)</th></tr>\n")
+	for _, l := range d.Limits {
+		p.f(`<tr data-pool="%v" data-source="%v" data-shadow="%v">`+"\n", l.Pool, l.Source, l.Shadow)
+		p.f("<td>%v%v</td>\n", l.Pool, when(l.Shadow, ` <span class="shadow">shadow</span>`))
+		p.f("<td>%v</td>\n<td>%v</td>\n", source(l.Source), strings.Join(l.Routes, ", "))
+		p.f(`<td class="n" data-field="max">%v</td>`+"\n", l.Max)
+		p.f(`<td class="n" data-field="keys">%v</td>`+"\n", l.Keys)
+		p.f(`<td class="n" data-field="in_use">%v</td>`+"\n", l.InUse)
+		p.f(`<td class="n" data-field="waiting">%v</td>`+"\n", l.Waiting)
+		p.f(`<td class="n" data-field="at_cap">%v</td>`+"\n", l.AtCap)
+		p.f(`<td class="n" data-field="refusals_per_second">%v</td>`+"\n", perSecond(l.PerSecond))
+		p.s(`<td class="keys">`)
+		for _, k := range l.Busiest {
+			p.f(`<div data-key="%v"%v><a href="%v" data-field="key">%v</a> <span data-field="held">%v</span> / <span data-field="key_max">%v</span>%v%v</div>`,
+				k.Key, when(k.Max >= 0 && k.Held >= k.Max, ` class="full"`), keyLink(l.Route, k.Key), k.Key, k.Held, maxOf(k.Max),
+				when(k.Waiting != 0, markup(fmt.Sprintf(" · %d waiting", k.Waiting))), when(k.Overridden, " · overridden"))
+		}
+		if len(l.Busiest) == 0 {
+			p.s(`<span class="empty">idle</span>`)
+		}
+		if l.Truncated {
+			p.s(`<div class="empty">more keys than shown</div>`)
+		}
+		p.s("</td>\n</tr>\n")
+	}
+	if len(d.Limits) == 0 {
+		p.s(`<tr><td colspan="10" class="empty">no routes with limits</td></tr>` + "\n")
+	}
+	p.s("</table>\n\n")
 
-<h2>Limits</h2>
-<p class="sub">Now: the store's figures, every gateway's holders. Charts and key tables: this gateway's last {{.Window}}.</p>
-<table data-table="limits">
-<tr><th>pool</th><th>key</th><th>routes</th><th>max per key</th><th>keys</th><th>slots in use</th><th>waiting</th><th>at cap</th><th>refusals/s</th><th>busiest keys now (held / max)</th></tr>
-{{range .Limits}}
-<tr data-pool="{{.Pool}}" data-source="{{.Source}}" data-shadow="{{.Shadow}}">
-<td>{{.Pool}}{{if .Shadow}} <span class="shadow">shadow</span>{{end}}</td>
-<td>{{source .Source}}</td>
-<td>{{range $i, $r := .Routes}}{{if $i}}, {{end}}{{$r}}{{end}}</td>
-<td class="n" data-field="max">{{.Max}}</td>
-<td class="n" data-field="keys">{{.Keys}}</td>
-<td class="n" data-field="in_use">{{.InUse}}</td>
-<td class="n" data-field="waiting">{{.Waiting}}</td>
-<td class="n" data-field="at_cap">{{.AtCap}}</td>
-<td class="n" data-field="refusals_per_second">{{rate .PerSecond}}</td>
-<td class="keys">{{$route := .Route}}{{range .Busiest}}<div data-key="{{.Key}}"{{if and (ge .Max 0) (ge .Held .Max)}} class="full"{{end}}><a href="{{keyLink $route .Key}}" data-field="key">{{.Key}}</a> <span data-field="held">{{.Held}}</span> / <span data-field="key_max">{{maxOf .Max}}</span>{{if .Waiting}} · {{.Waiting}} waiting{{end}}{{if .Overridden}} · overridden{{end}}</div>{{else}}<span class="empty">idle</span>{{end}}{{if .Truncated}}<div class="empty">more keys than shown</div>{{end}}</td>
-</tr>
-{{else}}<tr><td colspan="10" class="empty">no routes with limits</td></tr>{{end}}
-</table>
+	for _, l := range d.Limits {
+		if l.Chart == "" {
+			continue
+		}
+		p.f(`<div class="limit" data-history="%v %v%v">`+"\n", l.Pool, l.Source, when(l.Shadow, " shadow"))
+		p.f("<h3>%v · %v%v</h3>\n", l.Pool, source(l.Source), when(l.Shadow, ` <span class="shadow">shadow</span>`))
+		p.f(`<div class="figs"><span>refused in %v: <b data-field="refused_total">%v</b></span><span>keys seen: <b>%v</b></span>`, d.Window, l.RefusedTotal, l.KeysSeen)
+		if l.KeysDropped != 0 {
+			p.f(`<span>keys let go (table full): <b>%v</b></span>`, l.KeysDropped)
+		}
+		p.f("</div>\n%v\n", l.Chart)
+		p.s(`<table data-table="keys">` + "\n")
+		p.f(`<tr><th><a href="%v">key</a></th><th><a href="%v">refused</a></th><th><a href="%v">last refused</a></th><th><a href="%v">slot-time</a></th><th>held now / max</th></tr>`+"\n",
+			sortLink(d.Q, "key", d.Refresh), sortLink(d.Q, "refused", d.Refresh), sortLink(d.Q, "last", d.Refresh), sortLink(d.Q, "slot", d.Refresh))
+		for _, k := range l.KeyRows {
+			held := "—"
+			if k.Held >= 0 {
+				held = fmt.Sprintf("%d / %s", k.Held, maxOf(k.Max))
+			}
+			p.f(`<tr data-key="%v"><td class="key"><a href="%v">%v</a></td><td class="n" data-field="refused">%v</td><td>%v</td><td class="n" data-field="slot">%v</td><td class="n">%v</td></tr>`+"\n",
+				k.Key, k.Link, k.Key, k.Refused, ago(k.LastRefused), dur(k.SlotSeconds), held)
+		}
+		if len(l.KeyRows) == 0 {
+			p.s(`<tr><td colspan="5" class="empty">no key refused or released`)
+			if d.Q.Search != "" {
+				p.f(" matching “%v”", d.Q.Search)
+			}
+			p.s("</td></tr>\n")
+		}
+		p.s("</table>\n</div>\n")
+	}
 
-{{range .Limits}}{{if .Chart}}
-<div class="limit" data-history="{{.Pool}} {{.Source}}{{if .Shadow}} shadow{{end}}">
-<h3>{{.Pool}} · {{source .Source}}{{if .Shadow}} <span class="shadow">shadow</span>{{end}}</h3>
-<div class="figs"><span>refused in {{$.Window}}: <b data-field="refused_total">{{.RefusedTotal}}</b></span><span>keys seen: <b>{{.KeysSeen}}</b></span>{{if .KeysDropped}}<span>keys let go (table full): <b>{{.KeysDropped}}</b></span>{{end}}</div>
-{{.Chart}}
-<table data-table="keys">
-<tr><th><a href="{{sortLink $.Q "key" $.Refresh}}">key</a></th><th><a href="{{sortLink $.Q "refused" $.Refresh}}">refused</a></th><th><a href="{{sortLink $.Q "last" $.Refresh}}">last refused</a></th><th><a href="{{sortLink $.Q "slot" $.Refresh}}">slot-time</a></th><th>held now / max</th></tr>
-{{range .KeyRows}}<tr data-key="{{.Key}}"><td class="key"><a href="{{.Link}}">{{.Key}}</a></td><td class="n" data-field="refused">{{.Refused}}</td><td>{{ago .LastRefused}}</td><td class="n" data-field="slot">{{dur .SlotSeconds}}</td><td class="n">{{if ge .Held 0}}{{.Held}} / {{maxOf .Max}}{{else}}—{{end}}</td></tr>
-{{else}}<tr><td colspan="5" class="empty">no key refused or released{{if $.Q.Search}} matching “{{$.Q.Search}}”{{end}}</td></tr>{{end}}
-</table>
-</div>
-{{end}}{{end}}
+	if len(d.S.Apps) != 0 {
+		p.s("\n<h2>WebSocket connections, per Pusher app</h2>\n" + `<table data-table="apps">` + "\n")
+		p.s("<tr><th>app</th><th>cap per user</th><th>users</th><th>connections</th><th>busiest users (connections / cap)</th></tr>\n")
+		for _, a := range d.S.Apps {
+			p.f(`<tr data-app="%v">`+"\n<td>%v</td>\n", a.App, a.App)
+			p.f(`<td class="n" data-field="cap">%v</td>`+"\n", a.Cap)
+			p.f(`<td class="n" data-field="users">%v</td>`+"\n", a.Users)
+			p.f(`<td class="n" data-field="connections">%v</td>`+"\n", a.Connections)
+			p.s(`<td class="keys">`)
+			for _, k := range a.Busiest {
+				p.f(`<div data-key="%v"%v><a href="%v">%v</a> <span data-field="held">%v</span> / %v</div>`,
+					k.Key, when(k.Max >= 0 && k.Held >= k.Max, ` class="full"`), appLink(a.App, k.Key), k.Key, k.Held, maxOf(k.Max))
+			}
+			if len(a.Busiest) == 0 {
+				p.s(`<span class="empty">none</span>`)
+			}
+			p.s("</td>\n</tr>\n")
+		}
+		p.s("</table>\n")
+	}
 
-{{if .S.Apps}}
-<h2>WebSocket connections, per Pusher app</h2>
-<table data-table="apps">
-<tr><th>app</th><th>cap per user</th><th>users</th><th>connections</th><th>busiest users (connections / cap)</th></tr>
-{{range .S.Apps}}
-<tr data-app="{{.App}}">
-<td>{{.App}}</td>
-<td class="n" data-field="cap">{{.Cap}}</td>
-<td class="n" data-field="users">{{.Users}}</td>
-<td class="n" data-field="connections">{{.Connections}}</td>
-<td class="keys">{{$app := .App}}{{range .Busiest}}<div data-key="{{.Key}}"{{if and (ge .Max 0) (ge .Held .Max)}} class="full"{{end}}><a href="{{appLink $app .Key}}">{{.Key}}</a> <span data-field="held">{{.Held}}</span> / {{maxOf .Max}}</div>{{else}}<span class="empty">none</span>{{end}}</td>
-</tr>
-{{end}}
-</table>
-{{end}}
+	if len(d.S.Totals) != 0 {
+		p.s("\n<h2>Adaptive totals</h2>\n" + `<table data-table="totals">` + "\n")
+		p.s("<tr><th>parent</th><th>total</th><th>floor – ceiling</th><th>why</th><th>latency</th><th>no-load</th><th>in flight</th><th>done / overloads</th></tr>\n")
+		for _, t := range d.S.Totals {
+			p.f(`<tr data-total="%v"><td>%v%v</td><td class="n" data-field="total">%v</td><td class="n">%v – %v</td><td data-field="reason">%v</td><td class="n">%v</td><td class="n">%v</td><td class="n">%v</td><td class="n">%v / %v</td></tr>`+"\n",
+				t.Parent, t.Parent, when(t.Shadow, " (shadow)"), t.Total, t.Floor, t.Ceiling, t.Reason, secs(t.Latency), secs(t.Baseline), fmt.Sprintf("%.1f", t.InFlight), t.Completed, t.Overloads)
+		}
+		p.s("</table>\n")
+	}
 
-{{if .S.Totals}}
-<h2>Adaptive totals</h2>
-<table data-table="totals">
-<tr><th>parent</th><th>total</th><th>floor – ceiling</th><th>why</th><th>latency</th><th>no-load</th><th>in flight</th><th>done / overloads</th></tr>
-{{range .S.Totals}}<tr data-total="{{.Parent}}"><td>{{.Parent}}{{if .Shadow}} (shadow){{end}}</td><td class="n" data-field="total">{{.Total}}</td><td class="n">{{.Floor}} – {{.Ceiling}}</td><td data-field="reason">{{.Reason}}</td><td class="n">{{secs .Latency}}</td><td class="n">{{secs .Baseline}}</td><td class="n">{{printf "%.1f" .InFlight}}</td><td class="n">{{.Completed}} / {{.Overloads}}</td></tr>
-{{end}}
-</table>
-{{end}}
+	p.s("\n<h2>Paused APIs</h2>\n" + `<table data-table="pauses">` + "\n<tr><th>API (hash)</th><th>kind</th><th>time left</th></tr>\n")
+	for _, ps := range d.S.Pauses {
+		kind := "pause"
+		if ps.Pace {
+			kind = "pace"
+		}
+		p.f(`<tr data-pause="%v"><td class="keys">%v</td><td>%v</td><td class="n" data-field="left">%v</td></tr>`+"\n", ps.ID, ps.ID, kind, secs(ps.Left))
+	}
+	if len(d.S.Pauses) == 0 {
+		p.s(`<tr><td colspan="3" class="empty">none</td></tr>` + "\n")
+	}
+	p.s("</table>\n\n<h2>Overrides</h2>\n" + `<table data-table="overrides">` + "\n<tr><th>family</th><th>name</th><th>key</th><th>max</th><th>share</th><th>expires in</th><th></th></tr>\n")
+	for _, o := range d.S.Overrides {
+		share, ttl := "—", "never"
+		if o.Share != 0 {
+			share = strconv.Itoa(o.Share)
+		}
+		if o.TTL != 0 {
+			ttl = secs(o.TTL)
+		}
+		p.f(`<tr data-override="%v %v"><td>%v</td><td>%v</td><td class="keys">%v</td><td class="n" data-field="max">%v</td><td class="n">%v</td><td class="n">%v</td>`+"\n",
+			o.Name, o.Key, o.Family, o.Name, o.Key, deref(o.Max), share, ttl)
+		route := d.PoolRoute[o.Name]
+		switch {
+		case o.Family == "conn":
+			p.f(`<td><form class="inline" method="post" action="/admin/override" data-form="reset"><input type="hidden" name="csrf" value="%v"><input type="hidden" name="action" value="reset"><input type="hidden" name="key" value="%v"><input type="hidden" name="app" value="%v"><input type="hidden" name="back" value="/admin/"><button type="submit">reset</button></form></td></tr>`+"\n",
+				d.CSRF, o.Key, o.Name)
+		case route != "":
+			p.f(`<td><form class="inline" method="post" action="/admin/override" data-form="reset"><input type="hidden" name="csrf" value="%v"><input type="hidden" name="action" value="reset"><input type="hidden" name="key" value="%v"><input type="hidden" name="route" value="%v"><input type="hidden" name="back" value="/admin/"><button type="submit">reset</button></form></td></tr>`+"\n",
+				d.CSRF, o.Key, route)
+		default:
+			p.s(`<td><span class="empty" title="no route of this configuration counts in this pool">keycap override reset</span></td></tr>` + "\n")
+		}
+	}
+	if len(d.S.Overrides) == 0 {
+		p.s(`<tr><td colspan="7" class="empty">none</td></tr>` + "\n")
+	}
+	p.s("</table>\n" + `<p class="sub">To set one, open a key (every key above links to its page).</p>` + "\n</body>\n</html>\n")
+	return p.b.String()
+}
 
-<h2>Paused APIs</h2>
-<table data-table="pauses">
-<tr><th>API (hash)</th><th>kind</th><th>time left</th></tr>
-{{range .S.Pauses}}<tr data-pause="{{.ID}}"><td class="keys">{{.ID}}</td><td>{{if .Pace}}pace{{else}}pause{{end}}</td><td class="n" data-field="left">{{secs .Left}}</td></tr>
-{{else}}<tr><td colspan="3" class="empty">none</td></tr>{{end}}
-</table>
+// keyPageData is what a key's page shows.
+type keyPageData struct {
+	R    KeyReport
+	Err  string
+	CSRF string
+	Back string
+	Done string
+	Raw  string
+}
 
-<h2>Overrides</h2>
-<table data-table="overrides">
-<tr><th>family</th><th>name</th><th>key</th><th>max</th><th>share</th><th>expires in</th><th></th></tr>
-{{range .S.Overrides}}<tr data-override="{{.Name}} {{.Key}}"><td>{{.Family}}</td><td>{{.Name}}</td><td class="keys">{{.Key}}</td><td class="n" data-field="max">{{deref .Max}}</td><td class="n">{{if .Share}}{{.Share}}{{else}}—{{end}}</td><td class="n">{{if .TTL}}{{secs .TTL}}{{else}}never{{end}}</td>
-<td>{{if or (eq .Family "conn") (index $.PoolRoute .Name)}}<form class="inline" method="post" action="/admin/override" data-form="reset"><input type="hidden" name="csrf" value="{{$.CSRF}}"><input type="hidden" name="action" value="reset"><input type="hidden" name="key" value="{{.Key}}">{{if eq .Family "conn"}}<input type="hidden" name="app" value="{{.Name}}">{{else}}<input type="hidden" name="route" value="{{index $.PoolRoute .Name}}">{{end}}<input type="hidden" name="back" value="/admin/"><button type="submit">reset</button></form>{{else}}<span class="empty" title="no route of this configuration counts in this pool">keycap override reset</span>{{end}}</td></tr>
-{{else}}<tr><td colspan="7" class="empty">none</td></tr>{{end}}
-</table>
-<p class="sub">To set one, open a key (every key above links to its page).</p>
-</body>
-</html>
-`))
-
-var keyTemplate = template.Must(template.New("key").Funcs(pageFuncs).Parse(`<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><title>keycap · {{.R.Key}}</title>
-` + pageStyle + `
-</head>
-<body>
-<p><a href="/admin/">← the page</a></p>
-<h1>{{if .R.Route}}route {{.R.Route}}{{else}}app {{.R.App}}{{end}} · <span class="key" data-field="key">{{if .R.Key}}{{.R.Key}}{{else}}{{.Raw}}{{end}}</span></h1>
-{{with .Done}}<p class="done" data-field="done">{{.}}</p>{{end}}
-{{with .Err}}<p class="err" data-field="error">{{.}}</p>{{end}}
-{{range .R.Pools}}
-<h2>{{.Pool}}{{if .Shadow}} <span class="shadow">shadow</span>{{end}}: <span data-field="held">{{.Held}}</span> / <span data-field="max">{{maxOf .Max}}</span> held{{if .Override}} (overridden){{end}}</h2>
-<table data-table="holders">
-<tr><th>holder</th><th>weight</th><th>age</th><th>expires in</th><th>gateway</th><th>request</th></tr>
-{{range .Holders}}<tr><td class="keys">{{.Owner}}</td><td class="n">{{.Weight}}</td><td class="n" data-field="age">{{secs .Age}}</td><td class="n">{{secs .Expires}}</td><td>{{.Node}}{{if .Here}} (this one){{end}}</td><td class="keys" data-field="label">{{.Label}}</td></tr>
-{{else}}<tr><td colspan="6" class="empty">no holder{{if .Truncated}} found in the first 1,000 pools of the limit (it has more){{end}}</td></tr>{{end}}
-</table>
-{{if .Waiting}}<p>{{len .Waiting}} waiting in line.</p>{{end}}
-{{end}}
-{{if .R.History}}<h2>Last 15 minutes here</h2>
-<table data-table="history"><tr><th>limit</th><th>refused</th><th>last refused</th><th>slot-time</th></tr>
-{{range .R.History}}<tr><td>{{.Limit}}</td><td class="n" data-field="refused">{{.Refused}}</td><td>{{ago .LastRefused}}</td><td class="n">{{dur .SlotSeconds}}</td></tr>{{end}}
-</table>{{end}}
-{{if .R.Key}}
-<h2>Override</h2>
-<form method="post" action="/admin/override" data-form="set">
-<input type="hidden" name="csrf" value="{{.CSRF}}"><input type="hidden" name="action" value="set">
-<input type="hidden" name="key" value="{{.R.Key}}">{{if .R.Route}}<input type="hidden" name="route" value="{{.R.Route}}">{{else}}<input type="hidden" name="app" value="{{.R.App}}">{{end}}
-<input type="hidden" name="back" value="{{.Back}}">
-<label>max <input name="max" size="6"></label>
-{{if .R.Route}}<label>share <input name="share" size="6"></label>{{end}}
-<label>for <input name="ttl" size="6" placeholder="1h"></label>
-<button type="submit">set</button>
-</form>
-<form method="post" action="/admin/override" data-form="reset">
-<input type="hidden" name="csrf" value="{{.CSRF}}"><input type="hidden" name="action" value="reset">
-<input type="hidden" name="key" value="{{.R.Key}}">{{if .R.Route}}<input type="hidden" name="route" value="{{.R.Route}}">{{else}}<input type="hidden" name="app" value="{{.R.App}}">{{end}}
-<input type="hidden" name="back" value="{{.Back}}">
-<button type="submit">reset to the configuration</button>
-</form>
-<p class="sub">Every gateway of the store applies an override within admin_api.overrides_refresh. Each change is logged with the key{{if hasPrefix .R.Key "#"}} (as its hash: admin_api.hash_keys){{end}}.</p>
-{{end}}
-</body>
-</html>
-`))
+// keyPageHTML writes a key's page.
+func keyPageHTML(d keyPageData) string {
+	var p htmlPage
+	key := d.R.Key
+	if key == "" {
+		key = d.Raw
+	}
+	p.f("<!doctype html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>keycap · %v</title>\n", d.R.Key)
+	p.s(pageStyle + "\n</head>\n<body>\n" + `<p><a href="/admin/">← the page</a></p>` + "\n")
+	if d.R.Route != "" {
+		p.f("<h1>route %v", d.R.Route)
+	} else {
+		p.f("<h1>app %v", d.R.App)
+	}
+	p.f(` · <span class="key" data-field="key">%v</span></h1>`+"\n", key)
+	if d.Done != "" {
+		p.f(`<p class="done" data-field="done">%v</p>`+"\n", d.Done)
+	}
+	if d.Err != "" {
+		p.f(`<p class="err" data-field="error">%v</p>`+"\n", d.Err)
+	}
+	for _, kp := range d.R.Pools {
+		p.f(`<h2>%v%v: <span data-field="held">%v</span> / <span data-field="max">%v</span> held%v</h2>`+"\n",
+			kp.Pool, when(kp.Shadow, ` <span class="shadow">shadow</span>`), kp.Held, maxOf(kp.Max), when(kp.Override != nil, " (overridden)"))
+		p.s(`<table data-table="holders">` + "\n<tr><th>holder</th><th>weight</th><th>age</th><th>expires in</th><th>gateway</th><th>request</th></tr>\n")
+		for _, h := range kp.Holders {
+			p.f(`<tr><td class="keys">%v</td><td class="n">%v</td><td class="n" data-field="age">%v</td><td class="n">%v</td><td>%v%v</td><td class="keys" data-field="label">%v</td></tr>`+"\n",
+				h.Owner, h.Weight, secs(h.Age), secs(h.Expires), h.Node, when(h.Here, " (this one)"), h.Label)
+		}
+		if len(kp.Holders) == 0 {
+			p.f(`<tr><td colspan="6" class="empty">no holder%v</td></tr>`+"\n", when(kp.Truncated, " found in the first 1,000 pools of the limit (it has more)"))
+		}
+		p.s("</table>\n")
+		if len(kp.Waiting) != 0 {
+			p.f("<p>%v waiting in line.</p>\n", len(kp.Waiting))
+		}
+	}
+	if len(d.R.History) != 0 {
+		p.s("<h2>Last 15 minutes here</h2>\n" + `<table data-table="history"><tr><th>limit</th><th>refused</th><th>last refused</th><th>slot-time</th></tr>` + "\n")
+		for _, h := range d.R.History {
+			p.f(`<tr><td>%v</td><td class="n" data-field="refused">%v</td><td>%v</td><td class="n">%v</td></tr>`, h.Limit, h.Refused, ago(h.LastRefused), dur(h.SlotSeconds))
+		}
+		p.s("\n</table>\n")
+	}
+	if d.R.Key != "" {
+		target := `<input type="hidden" name="app" value="%v">`
+		name := d.R.App
+		if d.R.Route != "" {
+			target, name = `<input type="hidden" name="route" value="%v">`, d.R.Route
+		}
+		p.s("<h2>Override</h2>\n" + `<form method="post" action="/admin/override" data-form="set">` + "\n")
+		p.f(`<input type="hidden" name="csrf" value="%v"><input type="hidden" name="action" value="set">`+"\n", d.CSRF)
+		p.f(`<input type="hidden" name="key" value="%v">`+target+"\n", d.R.Key, name)
+		p.f(`<input type="hidden" name="back" value="%v">`+"\n", d.Back)
+		p.s(`<label>max <input name="max" size="6"></label>` + "\n")
+		if d.R.Route != "" {
+			p.s(`<label>share <input name="share" size="6"></label>` + "\n")
+		}
+		p.s(`<label>for <input name="ttl" size="6" placeholder="1h"></label>` + "\n" + `<button type="submit">set</button>` + "\n</form>\n")
+		p.s(`<form method="post" action="/admin/override" data-form="reset">` + "\n")
+		p.f(`<input type="hidden" name="csrf" value="%v"><input type="hidden" name="action" value="reset">`+"\n", d.CSRF)
+		p.f(`<input type="hidden" name="key" value="%v">`+target+"\n", d.R.Key, name)
+		p.f(`<input type="hidden" name="back" value="%v">`+"\n", d.Back)
+		p.s(`<button type="submit">reset to the configuration</button>` + "\n</form>\n")
+		p.f(`<p class="sub">Every gateway of the store applies an override within admin_api.overrides_refresh. Each change is logged with the key%v.</p>`+"\n",
+			when(strings.HasPrefix(d.R.Key, "#"), " (as its hash: admin_api.hash_keys)"))
+	}
+	p.s("</body>\n</html>\n")
+	return p.b.String()
+}

@@ -2,21 +2,31 @@ package gateway
 
 import (
 	"crypto/subtle"
-	"html/template"
+	"io"
 	"net/http"
 	"time"
 )
 
-var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
+// loginPage is the sign-in form, with a problem to show above it ("":
+// none).
+func loginPage(problem string) string {
+	var p htmlPage
+	p.s(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>keycap · sign in</title>
 <style>body { font: 14px system-ui, sans-serif; margin: 3em; } input { font: inherit; padding: .3em; }</style></head>
 <body><h1>keycap admin</h1>
-{{if .}}<p style="color:#b42318">{{.}}</p>{{end}}
+`)
+	if problem != "" {
+		p.f(`<p style="color:#b42318">%v</p>`, problem)
+	}
+	p.s(`
 <form method="post" action="/admin/login">
 <label>Admin token <input type="password" name="token" autocomplete="current-password" autofocus></label>
 <button type="submit">Sign in</button>
 </form></body></html>
-`))
+`)
+	return p.b.String()
+}
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	if s.token() == "" {
@@ -25,7 +35,7 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", pageCSP)
-	_ = loginTemplate.Execute(w, "")
+	_, _ = io.WriteString(w, loginPage(""))
 }
 
 // login exchanges the token typed in the form for a cookie that the page
@@ -42,7 +52,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)
-		_ = loginTemplate.Execute(w, "That is not the admin token.")
+		_, _ = io.WriteString(w, loginPage("That is not the admin token."))
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: adminCookie, Value: cookieValue(want), Path: "/admin/", HttpOnly: true,
