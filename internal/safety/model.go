@@ -90,6 +90,10 @@ type state struct {
 type Bounds struct {
 	TTL, Early, Late time.Duration
 	Ticket, Claim    time.Duration
+	// Sweeps says the store may drop a key's expired tickets from
+	// anywhere in its line (pgstore does), not only when they reach its
+	// head (memstore, Redis).
+	Sweeps bool
 }
 
 // Model returns the sequential model of the leased semaphore, as a
@@ -159,6 +163,16 @@ func step(b Bounds, st state, op Op, res Result) []any {
 		// rare one left by a call of unknown outcome.
 		maybe = maybe[:12]
 	}
+	// A store that sweeps may also drop the key's expired tickets from
+	// anywhere in its line before the operation: those that may have
+	// expired by its linearization point branch, up to six (the rest are
+	// kept, which could only refuse a history).
+	var stale []int
+	for i, t := range st.line {
+		if b.Sweeps && op.Kind != Crash && t.key == op.Key && t.lo <= op.Return && len(stale) < 6 {
+			stale = append(stale, i)
+		}
+	}
 	var out []any
 	for mask := 0; mask < 1<<len(maybe); mask++ {
 		ls := make([]lease, 0, len(sure))
@@ -168,8 +182,19 @@ func step(b Bounds, st state, op Op, res Result) []any {
 			}
 			ls = append(ls, l)
 		}
-		for _, next := range apply(b, state{ls, st.line, st.tokens}, op, res) {
-			out = append(out, next)
+		for drop := 0; drop < 1<<len(stale); drop++ {
+			line := st.line
+			if drop != 0 {
+				line = make([]ticket, 0, len(st.line))
+				for i, t := range st.line {
+					if j := slices.Index(stale, i); j < 0 || drop&(1<<j) == 0 {
+						line = append(line, t)
+					}
+				}
+			}
+			for _, next := range apply(b, state{ls, line, st.tokens}, op, res) {
+				out = append(out, next)
+			}
 		}
 	}
 	return out

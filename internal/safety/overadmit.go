@@ -34,14 +34,17 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 		op       Op
 		weight   int // what the lease takes: a grant extends a lease the owner held, of its weight
 		grant    porcupine.Operation
+		latest   time.Duration // the latest the lease can expire, renewals included
 	}
 	type who struct{ group, key, owner int }
 	ops := slices.Clone(h)
 	slices.SortFunc(ops, func(x, y porcupine.Operation) int { return int(x.Call - y.Call) })
 	open := map[who]*span{}
 	// A grant may extend a lease its owner held unseen, keeping that
-	// lease's weight: a slot handed to its ticket, or the lease of an
-	// acquire of unknown outcome. The lighter weight is the one certain.
+	// lease's weight: a slot handed to its ticket, the lease of an acquire
+	// of unknown outcome, a lease a release or renewal of unknown outcome
+	// may have left, or one past its earliest expiry but not its latest.
+	// The lighter weight is the one certain.
 	tickets, unsure := map[who]int{}, map[who]int{}
 	weight := func(k who, w int) int {
 		for _, m := range []map[who]int{tickets, unsure} {
@@ -73,6 +76,10 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 			if in.Line {
 				tickets[k] = weight(k, in.Weight)
 			}
+		case res.Unknown && (in.Kind == Release || in.Kind == Renew):
+			if s := open[k]; s != nil {
+				unsure[k] = weight(k, s.weight)
+			}
 		case in.Kind == Acquire && in.Line && !res.Granted:
 			tickets[k] = weight(k, in.Weight)
 		case in.Kind == Release:
@@ -89,17 +96,25 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 			// resurrected), and now lives a TTL more.
 			if s := open[k]; s != nil {
 				s.to = max(s.to, in.Call+b.TTL-b.Early)
+				s.latest = max(s.latest, in.Return+b.TTL+b.Late)
 			}
 		case in.Kind == Acquire && res.Granted:
 			// Granted again: an extension when the lease was certainly
 			// alive at the call; otherwise it may have lapsed, and this is
 			// a new grant.
-			if s := open[k]; s != nil && in.Call <= s.to {
-				s.to = in.Call + b.TTL - b.Early
-				continue
+			w := weight(k, in.Weight)
+			if s := open[k]; s != nil {
+				if in.Call <= s.to {
+					s.to = in.Call + b.TTL - b.Early
+					s.latest = max(s.latest, in.Return+b.TTL+b.Late)
+					continue
+				}
+				if in.Call <= s.latest {
+					w = min(w, s.weight)
+				}
 			}
 			end(k, in.Call)
-			open[k] = &span{from: in.Return, to: in.Call + b.TTL - b.Early, op: in, weight: weight(k, in.Weight), grant: o}
+			open[k] = &span{from: in.Return, to: in.Call + b.TTL - b.Early, op: in, weight: w, grant: o, latest: in.Return + b.TTL + b.Late}
 			if in.Line {
 				delete(tickets, k) // a grant takes the ticket out of the line
 			}

@@ -43,7 +43,7 @@ func holderBin(t *testing.T) string {
 // clients take the slots, and it finds them lost.
 func TestHistoriesRedisProcesses(t *testing.T) {
 	t.Parallel()
-	checkProcesses(t, func(t *testing.T) []string {
+	checkProcesses(t, bounds, func(t *testing.T) []string {
 		return []string{"-redis", testenv.RedisAddr(), "-prefix", testenv.Prefix(t, testenv.Redis(t))}
 	})
 }
@@ -52,7 +52,7 @@ func TestHistoriesRedisProcesses(t *testing.T) {
 // PostgreSQL.
 func TestHistoriesPostgresProcesses(t *testing.T) {
 	t.Parallel()
-	checkProcesses(t, func(t *testing.T) []string {
+	checkProcesses(t, pgBounds, func(t *testing.T) []string {
 		pool := pgenv.Pool(t)
 		schema := pgenv.Schema(t, pool)
 		if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
@@ -64,7 +64,7 @@ func TestHistoriesPostgresProcesses(t *testing.T) {
 
 // checkProcesses checks runs whose clients are holder processes started
 // with the arguments args returns for each run, paused by SIGSTOP.
-func checkProcesses(t *testing.T, args func(t *testing.T) []string) {
+func checkProcesses(t *testing.T, b safety.Bounds, args func(t *testing.T) []string) {
 	bin := holderBin(t)
 	var (
 		mu     sync.Mutex
@@ -114,7 +114,7 @@ func checkProcesses(t *testing.T, args func(t *testing.T) []string) {
 			}
 		}
 	}
-	checkRuns(t, safety.Config{}, open, faults)
+	checkRuns(t, safety.Config{}, b, open, faults)
 	t.Logf("%d holder processes stopped with SIGSTOP past the TTL", paused.Load())
 }
 
