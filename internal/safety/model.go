@@ -65,9 +65,9 @@ type lease struct {
 
 // ticket is a place in a key's line: its owner's last call that took or
 // kept it made it expire within [lo, hi]. An expired ticket stays in the
-// line until a call that serves the line meets it at the head: until
-// then its owner's next call with a ticket keeps its place, as the stores
-// do.
+// line until a call that serves the line meets it at the head (or, with
+// Bounds.Sweeps, a sweep drops it from anywhere): until then its owner's
+// next call with a ticket keeps its place, as the stores do.
 type ticket struct {
 	key, owner, weight int
 	lo, hi             time.Duration
@@ -157,19 +157,22 @@ func step(b Bounds, st state, op Op, res Result) []any {
 		}
 	}
 	if len(maybe) > 12 {
-		// Bounds the branching (4,096 branches): the rest are kept alive,
-		// which could only refuse a history, never accept a wrong one.
-		// The workload's 12 owners hold one lease each, but for the
-		// rare one left by a call of unknown outcome.
+		// Bounds the branching: the rest are kept alive, which could only
+		// refuse a history, never accept a wrong one. The workload's 12
+		// owners hold one lease each, but for the rare one left by a call
+		// of unknown outcome.
 		maybe = maybe[:12]
 	}
-	// A store that sweeps may also drop the key's expired tickets from
-	// anywhere in its line before the operation: those that may have
-	// expired by its linearization point branch, up to six (the rest are
-	// kept, which could only refuse a history).
+	// A store that sweeps may also drop from anywhere in the key's line,
+	// before the operation, the tickets that may have expired by its
+	// linearization point and those whose owner holds a lease of the key
+	// (pgstore's fill): each branches, kept or dropped, within one budget
+	// with the leases' (12 in all: 4,096 branches). The rest are kept,
+	// which could only refuse a history.
 	var stale []int
 	for i, t := range st.line {
-		if b.Sweeps && op.Kind != Crash && t.key == op.Key && t.lo <= op.Return && len(stale) < 6 {
+		if b.Sweeps && op.Kind != Crash && t.key == op.Key && len(stale) < min(6, 12-len(maybe)) &&
+			(t.lo <= op.Return || st.find(t.key, t.owner) >= 0) {
 			stale = append(stale, i)
 		}
 	}
@@ -197,6 +200,22 @@ func step(b Bounds, st state, op Op, res Result) []any {
 			}
 		}
 	}
+	if len(out) > 1 {
+		// The branches meet again (a ticket dropped by the sweep or by the
+		// fill at the head, a lease expired in one branch and released in
+		// another): one of each state, as porcupine compares every pair.
+		seen := make(map[string]bool, len(out))
+		uniq := out[:0]
+		for _, x := range out {
+			st := x.(state)
+			// Exact: fmt prints durations to the nanosecond, maps sorted.
+			if k := fmt.Sprint(st.leases, st.line, st.tokens); !seen[k] {
+				seen[k] = true
+				uniq = append(uniq, x)
+			}
+		}
+		out = uniq
+	}
 	return out
 }
 
@@ -206,8 +225,10 @@ func apply(b Bounds, st state, op Op, res Result) []state {
 	case Crash:
 		return []state{{tokens: st.tokens}}
 	case Acquire:
+		// Every store serves the line at an acquire that finds room (an
+		// expiry found, a slot freed) before it decides.
 		var out []state
-		for _, s := range st.mayFill(b, op) {
+		for _, s := range st.fill(b, op) {
 			out = append(out, s.acquire(b, op, res)...)
 		}
 		return out
@@ -227,11 +248,8 @@ func apply(b Bounds, st state, op Op, res Result) []state {
 		}
 		return done
 	case Renew:
-		var out []state
-		for _, s := range st.mayFill(b, op) {
-			out = append(out, s.renew(b, op, res)...)
-		}
-		return out
+		// No store serves the line at a renewal.
+		return st.renew(b, op, res)
 	}
 	return nil
 }
@@ -306,16 +324,6 @@ func expiring(b Bounds, op Op, d time.Duration) lease {
 		l.hi = Never
 	}
 	return l
-}
-
-// mayFill returns the states in which the call op serves its key's line
-// and the one where it does not: a store serves the line lazily, at a
-// call that finds room (an expiry found, a slot freed).
-func (st state) mayFill(b Bounds, op Op) []state {
-	if st.waiting(op.Key) == 0 {
-		return []state{st}
-	}
-	return append([]state{st}, st.fill(b, op)...)
 }
 
 // fill serves op's key's line in the step of op: the head tickets, in

@@ -141,6 +141,18 @@ func TestModel(t *testing.T) {
 			add(1, wait(2), 2, 3, behind(0)).
 			add(2, wait(3), 44, 45, behind(1)).
 			add(1, wait(2), 60, 61, behind(0)), true},
+		{"a waiter at the head served once the slot lapses", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(1, wait(2), 40, 41, behind(0)).
+			add(1, wait(2), 80, 81, behind(0)).
+			add(1, wait(2), 110, 111, granted(0)), true},
+		{"a waiter at the head refused with the slot free", h{}.
+			add(0, lock(Acquire, 1), 0, 1, granted(10)).
+			add(1, wait(2), 2, 3, behind(0)).
+			add(1, wait(2), 40, 41, behind(0)).
+			add(1, wait(2), 80, 81, behind(0)).
+			add(1, wait(2), 110, 111, behind(0)), false},
 		{"a line longer than the tickets in it", h{}.
 			add(0, lock(Acquire, 1), 0, 1, granted(10)).
 			add(1, wait(2), 2, 3, behind(0)).
@@ -298,5 +310,35 @@ func TestOveradmitted(t *testing.T) {
 	}
 	if o := Overadmitted(late, bounds); o.Slots != 0 {
 		t.Fatalf("a lease near its expiry, extended: %s", o.Explain(late, bounds))
+	}
+	// A grant again whose call outlived the lease (its client stopped):
+	// the lease may have lapsed, another holder taken both slots and
+	// released them, and the grant come after (seed 595857276463 of
+	// TestHistoriesRedisProcesses, which counted 1 slot over for 205 ms).
+	outlived := h{}.
+		add(0, two(Acquire, 6, 1), 0, 1, granted(0)).
+		add(0, two(Acquire, 6, 1), 50, 200, granted(0)).
+		add(1, two(Acquire, 9, 2), 100, 101, granted(0)).
+		add(1, two(Release, 9, 0), 150, 151, ok)
+	if err := Check(1, outlived, bounds, "", 10*time.Second); err != nil {
+		t.Fatalf("the model refuses it: %v", err)
+	}
+	if o := Overadmitted(outlived, bounds); o.Slots != 0 {
+		t.Fatalf("a grant that outlived its lease: %s", o.Explain(outlived, bounds))
+	}
+	// A ticket long expired (and its claim window past) brings nothing:
+	// its owner's later grant of two counts two: 2 + 1 + 2 of 3 after a
+	// crash.
+	old := h{}.
+		add(0, pool(Acquire, 1, 2), 0, 1, granted(0)).
+		add(1, pool(Acquire, 3, 1), 2, 3, granted(0)).
+		add(2, waiting, 4, 5, behind(0)).
+		add(3, crash, 10, 11, Result{}).
+		add(2, pool(Acquire, 2, 2), 80, 81, granted(0))
+	if err := Check(1, old, bounds, "", 10*time.Second); err != nil {
+		t.Fatalf("the model refuses it: %v", err)
+	}
+	if o := Overadmitted(old, bounds); o.Slots != 2 {
+		t.Fatalf("beside an old ticket: %+v, want 2 slots over", o)
 	}
 }

@@ -45,12 +45,20 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 	// of unknown outcome, a lease a release or renewal of unknown outcome
 	// may have left, or one past its earliest expiry but not its latest.
 	// The lighter weight is the one certain.
-	tickets, unsure := map[who]int{}, map[who]int{}
-	weight := func(k who, w int) int {
-		for _, m := range []map[who]int{tickets, unsure} {
-			if x, ok := m[k]; ok {
-				w = min(w, x)
-			}
+	// A ticket can bring its owner a handed slot until it expires and the
+	// claim window after (never, for a wait of unknown outcome).
+	type ticket struct {
+		weight int
+		until  time.Duration
+	}
+	tickets, unsure := map[who]ticket{}, map[who]int{}
+	// weight is the lighter of w and what k may hold unseen at at.
+	weight := func(k who, w int, at time.Duration) int {
+		if t, ok := tickets[k]; ok && at <= t.until {
+			w = min(w, t.weight)
+		}
+		if x, ok := unsure[k]; ok {
+			w = min(w, x)
 		}
 		return w
 	}
@@ -72,16 +80,16 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 		k := who{in.Group, in.Key, in.Owner}
 		switch {
 		case res.Unknown && in.Kind == Acquire:
-			unsure[k] = weight(k, in.Weight)
+			unsure[k] = weight(k, in.Weight, in.Call)
 			if in.Line {
-				tickets[k] = weight(k, in.Weight)
+				tickets[k] = ticket{weight(k, in.Weight, in.Call), Never}
 			}
 		case res.Unknown && (in.Kind == Release || in.Kind == Renew):
 			if s := open[k]; s != nil {
-				unsure[k] = weight(k, s.weight)
+				unsure[k] = weight(k, s.weight, in.Call)
 			}
 		case in.Kind == Acquire && in.Line && !res.Granted:
-			tickets[k] = weight(k, in.Weight)
+			tickets[k] = ticket{weight(k, in.Weight, in.Call), in.Return + b.Ticket + b.Late + b.Claim}
 		case in.Kind == Release:
 			delete(unsure, k)
 			if in.Line {
@@ -100,20 +108,23 @@ func Overadmitted(h []porcupine.Operation, b Bounds) Overadmission {
 			}
 		case in.Kind == Acquire && res.Granted:
 			// Granted again: an extension when the lease was certainly
-			// alive at the call; otherwise it may have lapsed, and this is
-			// a new grant.
-			w := weight(k, in.Weight)
+			// alive at the answer; otherwise it may have lapsed, and this
+			// is a new grant.
+			w := weight(k, in.Weight, in.Call)
 			if s := open[k]; s != nil {
-				if in.Call <= s.to {
-					s.to = in.Call + b.TTL - b.Early
+				if in.Return <= s.to {
+					s.to = max(s.to, in.Call+b.TTL-b.Early)
 					s.latest = max(s.latest, in.Return+b.TTL+b.Late)
 					continue
 				}
+				// The lease may have lapsed before the grant took effect
+				// (a call that outlived it: its client stopped, say): held
+				// for certain until then, and again from the answer.
 				if in.Call <= s.latest {
 					w = min(w, s.weight)
 				}
 			}
-			end(k, in.Call)
+			end(k, Never)
 			open[k] = &span{from: in.Return, to: in.Call + b.TTL - b.Early, op: in, weight: w, grant: o, latest: in.Return + b.TTL + b.Late}
 			if in.Line {
 				delete(tickets, k) // a grant takes the ticket out of the line
@@ -209,7 +220,7 @@ func (o Overadmission) Explain(h []porcupine.Operation, b Bounds) string {
 	ops := slices.Clone(h)
 	slices.SortFunc(ops, func(x, y porcupine.Operation) int { return int(x.Call - y.Call) })
 	var s strings.Builder
-	fmt.Fprintf(&s, "%d slots over a cap, for %s at most; the longest began with these held:\n", o.Slots, o.Longest)
+	fmt.Fprintf(&s, "up to %d slots over a cap; the longest stretch, %s, began with these held:\n", o.Slots, o.Longest)
 	for _, w := range o.Witness {
 		fmt.Fprintf(&s, "  %s\n", entry(w))
 	}

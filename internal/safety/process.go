@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -41,6 +42,7 @@ var ErrProcessGone = errors.New("safety: the holder process is gone")
 func StartProcess(bin string, args ...string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr // its complaints, in the test's output
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -62,9 +64,11 @@ func (p *Process) read(out io.Reader) {
 	defer close(p.done)
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var cause error
 	for sc.Scan() {
 		var rep Reply
 		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
+			cause = fmt.Errorf("a reply %.200q: %w", sc.Bytes(), err)
 			break
 		}
 		p.mu.Lock()
@@ -75,8 +79,14 @@ func (p *Process) read(out io.Reader) {
 			ch <- rep // buffered: a caller that gave up never blocks this
 		}
 	}
+	if cause == nil {
+		cause = sc.Err()
+	}
 	p.mu.Lock()
 	p.dead = ErrProcessGone
+	if cause != nil {
+		p.dead = fmt.Errorf("%w: %v", ErrProcessGone, cause)
+	}
 	for id, ch := range p.wait {
 		close(ch)
 		delete(p.wait, id)
@@ -97,33 +107,42 @@ func (p *Process) do(ctx context.Context, req Request) (Reply, error) {
 	req.ID = p.next
 	p.wait[req.ID] = ch
 	p.mu.Unlock()
-	req.Timeout = time.Minute
+	// A deadline on the host's clock, which both processes read: a holder
+	// stopped before it reads the request gives up when the caller did.
+	req.Deadline = time.Now().Add(time.Minute)
 	if d, ok := ctx.Deadline(); ok {
-		req.Timeout = time.Until(d)
+		req.Deadline = d
+	}
+	forget := func() {
+		p.mu.Lock()
+		delete(p.wait, req.ID)
+		p.mu.Unlock()
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
+		forget()
 		return Reply{}, err
 	}
 	p.wmu.Lock()
 	_, err = p.in.Write(append(b, '\n'))
 	p.wmu.Unlock()
 	if err != nil {
+		forget()
 		return Reply{}, fmt.Errorf("safety: a request to the holder process: %w", err)
 	}
 	select {
 	case rep, ok := <-ch:
 		if !ok {
-			return Reply{}, ErrProcessGone
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return Reply{}, p.dead
 		}
 		if rep.Err != "" {
 			return rep, errors.New(rep.Err)
 		}
 		return rep, nil
 	case <-ctx.Done():
-		p.mu.Lock()
-		delete(p.wait, req.ID)
-		p.mu.Unlock()
+		forget()
 		return Reply{}, ctx.Err()
 	}
 }
@@ -186,6 +205,7 @@ func (p *Process) Close() error {
 	case <-p.done:
 	case <-time.After(time.Second):
 		_ = p.cmd.Process.Kill()
+		<-p.done // stdout ends with the process: Wait only after the reads
 	}
 	err := p.cmd.Wait()
 	var exit *exec.ExitError

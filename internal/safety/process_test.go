@@ -105,7 +105,7 @@ func checkProcesses(t *testing.T, b safety.Bounds, args func(t *testing.T) []str
 				p := procs[rng.IntN(len(procs))]
 				mu.Unlock()
 				// One to two TTLs: its leases expire while it is stopped.
-				d := bounds.TTL + time.Duration(rng.Int64N(int64(bounds.TTL)))
+				d := b.TTL + time.Duration(rng.Int64N(int64(b.TTL)))
 				if err := p.Pause(ctx, d); err != nil {
 					t.Errorf("pausing a holder process: %v", err)
 					return

@@ -335,14 +335,14 @@ func TestClosedLimiterKeepsItsSlot(t *testing.T) {
 // server is a store's server of the test's own, to kill and start again.
 type server interface {
 	Kill()
-	Start()
+	Restart() error
 }
 
 // restarts returns the faults of a run on a server of the test's own
 // (Redis, PostgreSQL): it is killed (SIGKILL) once or twice and started
 // again; without persistence (or with PostgreSQL's unlogged tables) that
 // loses every lease, which the history records as a crash.
-func restarts(p server, persistent bool) func(seed int64) func(context.Context, *safety.Faults) {
+func restarts(t *testing.T, p server, persistent bool) func(seed int64) func(context.Context, *safety.Faults) {
 	return func(seed int64) func(context.Context, *safety.Faults) {
 		rng := rand.New(rand.NewPCG(uint64(seed), 0xde))
 		return func(ctx context.Context, f *safety.Faults) {
@@ -354,7 +354,10 @@ func restarts(p server, persistent bool) func(seed int64) func(context.Context, 
 				since := f.Now()
 				p.Kill()
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-				p.Start()
+				if err := p.Restart(); err != nil {
+					t.Errorf("restarting the server: %v", err) // not Fatal: this is not the test's goroutine
+					return
+				}
 				if !persistent {
 					f.Crashed(since)
 				}
@@ -384,7 +387,7 @@ func redisProcess(t *testing.T, p *testenv.RedisProcess) func() safety.Store {
 func TestHistoriesRedisRestart(t *testing.T) {
 	t.Parallel()
 	p := testenv.StartRedis(t)
-	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(p, false))
+	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(t, p, false))
 }
 
 // TestHistoriesRedisRestartPersistent: with an append-only file fsynced
@@ -393,7 +396,7 @@ func TestHistoriesRedisRestart(t *testing.T) {
 func TestHistoriesRedisRestartPersistent(t *testing.T) {
 	t.Parallel()
 	p := testenv.StartRedisPersistent(t)
-	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(p, true))
+	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(t, p, true))
 }
 
 // TestHistoriesPostgresRestart: PostgreSQL killed (the server and every
@@ -409,7 +412,7 @@ func TestHistoriesPostgresRestart(t *testing.T) {
 		var ce *pgconn.ConnectError
 		return errors.As(err, &ce) || pgconn.SafeToRetry(err)
 	}}
-	checkRuns(t, cfg, pgBounds, func(t *testing.T, seed int64) func() safety.Store { return pgProcess(t, p) }, restarts(p, false))
+	checkRuns(t, cfg, pgBounds, func(t *testing.T, seed int64) func() safety.Store { return pgProcess(t, p) }, restarts(t, p, false))
 }
 
 // pgProcess migrates a schema of t's own on p and returns its stores,

@@ -12,14 +12,14 @@ import (
 
 // Request is one store call for a holder program.
 type Request struct {
-	ID      uint64
-	Call    string // "acquire", "release" or "renew"
-	Pool    store.PoolID
-	Owner   store.Owner
-	Demand  store.Demand
-	Leave   bool
-	Batch   []Renewal
-	Timeout time.Duration // the holder gives up on the call after it
+	ID       uint64
+	Call     string // "acquire", "release" or "renew"
+	Pool     store.PoolID
+	Owner    store.Owner
+	Demand   store.Demand
+	Leave    bool
+	Batch    []Renewal
+	Deadline time.Time // the holder gives up on the call then
 }
 
 // Reply is a holder program's answer to the request of its ID.

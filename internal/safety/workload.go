@@ -228,8 +228,10 @@ func (c *client) run(ctx context.Context) {
 				holds[o] = nil
 			}
 		case r < 0.9:
+			// Granted again, without waiting: a refusal (the lease lapsed,
+			// the pool full) leaves no ticket the client does not track.
 			again := h.op
-			again.Fence = c.rng.IntN(2) == 0
+			again.Fence, again.Line = c.rng.IntN(2) == 0, false
 			if res := c.acquire(ctx, ids[o], again); res.Unknown {
 				c.release(ctx, ids[o], h.op, false)
 				holds[o] = nil

@@ -59,6 +59,14 @@ func startRedis(t testing.TB, persist bool) *RedisProcess {
 // Start starts the server (again) on its address and waits until it answers.
 func (p *RedisProcess) Start() {
 	p.t.Helper()
+	if err := p.Restart(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// Restart is Start for any goroutine: it returns what went wrong rather
+// than failing the test.
+func (p *RedisProcess) Restart() error {
 	_, port, _ := net.SplitHostPort(p.Addr)
 	aof := []string{"--appendonly", "no"}
 	if p.persist {
@@ -68,12 +76,13 @@ func (p *RedisProcess) Start() {
 		"--save", ""}, aof...), "--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log"))...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("starting redis-server: %v", err)
+		return fmt.Errorf("starting redis-server: %w", err)
 	}
 	if err := waitAnswer(p.Addr, 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
-		p.t.Fatalf("redis-server on %s did not answer: %v\n%s", p.Addr, err, log)
+		return fmt.Errorf("redis-server on %s did not answer: %w\n%s", p.Addr, err, log)
 	}
+	return nil
 }
 
 // waitAnswer waits until the Redis node at addr answers a PING, for at

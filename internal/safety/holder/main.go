@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -36,8 +37,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(2)
 	}
-	defer closeStore()
-	if err := serve(s, os.Stdin, os.Stdout); err != nil {
+	err = serve(s, os.Stdin, os.Stdout)
+	closeStore()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(1)
 	}
@@ -67,7 +69,7 @@ func open(addr, prefix, pg, schema string) (store.Store, func(), error) {
 }
 
 // serve answers each request of in on out, concurrently, until in ends.
-func serve(s store.Store, in *os.File, out *os.File) error {
+func serve(s store.Store, in io.Reader, out io.Writer) error {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -94,7 +96,7 @@ func serve(s store.Store, in *os.File, out *os.File) error {
 }
 
 func call(s store.Store, req safety.Request) safety.Reply {
-	ctx, cancel := context.WithTimeout(context.Background(), req.Timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), req.Deadline)
 	defer cancel()
 	rep := safety.Reply{ID: req.ID}
 	var err error

@@ -121,16 +121,24 @@ func (p *Process) command(name string, args ...string) *exec.Cmd {
 // kill, once it has recovered from the crash.
 func (p *Process) Start() {
 	p.t.Helper()
+	if err := p.Restart(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// Restart is Start for any goroutine: it returns what went wrong rather
+// than failing the test.
+func (p *Process) Restart() error {
 	logf, err := os.OpenFile(filepath.Join(p.dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	p.cmd = p.command("postgres", "-D", p.data(), "-p", strconv.Itoa(p.Port), "-k", p.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "fsync=on")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("starting postgres: %v", err)
+		return fmt.Errorf("starting postgres: %w", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -142,11 +150,11 @@ func (p *Process) Start() {
 		}
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
-			p.t.Fatalf("postgres on port %d did not answer: %v\n%s", p.Port, err, log)
+			return fmt.Errorf("postgres on port %d did not answer: %w\n%s", p.Port, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -154,14 +162,22 @@ func (p *Process) Start() {
 
 // Kill stops the server and every backend at once (SIGKILL to its process
 // group), as a crash of the machine's database would, and waits for the
-// server to exit. The next Start recovers from the WAL, which empties the
+// group to be gone (5 s at most): a backend the postmaster was forking as
+// the signal went out escapes it, and holds the shared memory the next
+// start needs. The next Start recovers from the WAL, which empties the
 // unlogged tables. Killing a stopped server does nothing.
 func (p *Process) Kill() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	_ = p.cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+			break
+		}
+	}
 	p.cmd = nil
 }
 
