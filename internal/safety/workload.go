@@ -106,9 +106,10 @@ func (f *Faults) Crashed(since time.Duration) {
 }
 
 // Run drives cfg's workload through the stores that open returns, one per
-// client, and returns the history it recorded. faults, if set, runs on the
-// caller's goroutine (so it may fail a test) while the clients run, and
-// must return once its ctx ends.
+// client, and returns the history it recorded. open is called on the
+// caller's goroutine before the clients start, and faults, if set, runs on
+// it while they run (so either may fail the caller's test), and must
+// return once its ctx ends.
 func Run(ctx context.Context, cfg Config, open func() Store, faults func(ctx context.Context, f *Faults)) []porcupine.Operation {
 	cfg.defaults()
 	gs := groups(cfg.Name)
@@ -132,13 +133,19 @@ func Run(ctx context.Context, cfg Config, open func() Store, faults func(ctx con
 		history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: int64(op.Call), Output: res, Return: ret})
 		mu.Unlock()
 	}
+	// Every client's store opened here, on the caller's goroutine: open
+	// may fail its test (t.Fatal), which no other goroutine may do.
+	stores := make([]Store, cfg.Clients)
+	for c := range stores {
+		stores[c] = open()
+	}
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	for c := range cfg.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := &client{id: c, cfg: cfg, gs: gs, s: open(), clock: clock, record: record,
+			cl := &client{id: c, cfg: cfg, gs: gs, s: stores[c], clock: clock, record: record,
 				rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(c)))}
 			cl.run(runCtx)
 		}()
