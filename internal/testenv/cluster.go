@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,7 +104,7 @@ func (c *Cluster) Start(i int) {
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
 		"--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "no",
 		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = ServerAttr()
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("starting redis-server: %v", err)
 	}

@@ -74,7 +74,7 @@ func (p *RedisProcess) Restart() error {
 	}
 	p.cmd = exec.Command("redis-server", append(append([]string{"--bind", "127.0.0.1", "--port", port,
 		"--save", ""}, aof...), "--dir", p.dir, "--logfile", filepath.Join(p.dir, "redis.log"))...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.SysProcAttr = ServerAttr()
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}

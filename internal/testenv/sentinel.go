@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,7 +67,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		t.Fatal(err)
 	}
 	s.watch = exec.Command("redis-server", conf, "--sentinel")
-	s.watch.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.watch.SysProcAttr = ServerAttr()
 	if err := s.watch.Start(); err != nil {
 		t.Fatalf("starting the sentinel: %v", err)
 	}
@@ -92,7 +91,7 @@ func (s *Sentinel) start(i int, master string) {
 		args = append(args, "--replicaof", host, mport)
 	}
 	cmd := exec.Command("redis-server", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = ServerAttr()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting redis-server: %v", err)
 	}

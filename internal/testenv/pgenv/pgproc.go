@@ -113,7 +113,8 @@ func (p *Process) data() string { return filepath.Join(p.dir, "data") }
 // command returns a command of the server's binaries, as the server's user.
 func (p *Process) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(p.bin, name), args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	cmd.SysProcAttr = testenv.ServerAttr()
+	cmd.SysProcAttr.Credential = p.cred
 	return cmd
 }
 
