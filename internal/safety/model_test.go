@@ -234,6 +234,18 @@ func TestModelSweeps(t *testing.T) {
 	}
 }
 
+// slotsOver fails t unless the model accepts hist and its sweep counts want
+// slots over a cap at most.
+func slotsOver(t *testing.T, name string, hist h, want int) {
+	t.Helper()
+	if err := Check(1, hist, bounds, "", 10*time.Second); err != nil {
+		t.Fatalf("%s: the model refuses it: %v", name, err)
+	}
+	if o := Overadmitted(hist, bounds); o.Slots != want {
+		t.Fatalf("%s: want %d slots over, got %s", name, want, o.Explain(hist, bounds))
+	}
+}
+
 // TestOveradmitted: holders certainly granted beyond a cap at once are
 // counted, with how long; holders one after another are not.
 func TestOveradmitted(t *testing.T) {
@@ -276,12 +288,7 @@ func TestOveradmitted(t *testing.T) {
 		add(2, waiting, 4, 5, behind(0)).
 		add(1, pool(Release, 3, 1), 6, 7, ok).
 		add(2, pool(Acquire, 2, 2), 8, 9, granted(0))
-	if err := Check(1, handed, bounds, "", 10*time.Second); err != nil {
-		t.Fatalf("the model refuses a handed slot's history: %v", err)
-	}
-	if o := Overadmitted(handed, bounds); o.Slots != 0 {
-		t.Fatalf("a handed slot extended: %s", o.Explain(handed, bounds))
-	}
+	slotsOver(t, "a handed slot extended", handed, 0)
 	// A release of unknown outcome may have left its lease, which the
 	// owner's grant of two then extends with its weight of one: 1 + 1 of 2
 	// (seed 440481970073 of TestHistoriesPostgresFaults, which counted 2).
@@ -293,24 +300,14 @@ func TestOveradmitted(t *testing.T) {
 		add(1, two(Acquire, 5, 1), 10, 11, granted(0)).
 		add(1, two(Release, 5, 0), 12, 13, Result{Unknown: true}).
 		add(1, two(Acquire, 5, 2), 14, 15, granted(0))
-	if err := Check(1, left, bounds, "", 10*time.Second); err != nil {
-		t.Fatalf("the model refuses it: %v", err)
-	}
-	if o := Overadmitted(left, bounds); o.Slots != 0 {
-		t.Fatalf("a lease an unknown release left, extended: %s", o.Explain(left, bounds))
-	}
+	slotsOver(t, "a lease an unknown release left, extended", left, 0)
 	// So may a lease past its earliest expiry but not its latest.
 	late := h{}.
 		add(0, two(Acquire, 11, 1), 0, 1, granted(0)).
 		add(1, two(Acquire, 5, 1), 10, 11, granted(0)).
 		add(0, two(Renew, 11, 0), 50, 51, ok).
 		add(1, two(Acquire, 5, 2), 10+100-1, 10+100, granted(0))
-	if err := Check(1, late, bounds, "", 10*time.Second); err != nil {
-		t.Fatalf("the model refuses it: %v", err)
-	}
-	if o := Overadmitted(late, bounds); o.Slots != 0 {
-		t.Fatalf("a lease near its expiry, extended: %s", o.Explain(late, bounds))
-	}
+	slotsOver(t, "a lease near its expiry, extended", late, 0)
 	// A grant again whose call outlived the lease (its client stopped):
 	// the lease may have lapsed, another holder taken both slots and
 	// released them, and the grant come after (seed 595857276463 of
@@ -320,12 +317,7 @@ func TestOveradmitted(t *testing.T) {
 		add(0, two(Acquire, 6, 1), 50, 200, granted(0)).
 		add(1, two(Acquire, 9, 2), 100, 101, granted(0)).
 		add(1, two(Release, 9, 0), 150, 151, ok)
-	if err := Check(1, outlived, bounds, "", 10*time.Second); err != nil {
-		t.Fatalf("the model refuses it: %v", err)
-	}
-	if o := Overadmitted(outlived, bounds); o.Slots != 0 {
-		t.Fatalf("a grant that outlived its lease: %s", o.Explain(outlived, bounds))
-	}
+	slotsOver(t, "a grant that outlived its lease", outlived, 0)
 	// A ticket long expired (and its claim window past) brings nothing:
 	// its owner's later grant of two counts two: 2 + 1 + 2 of 3 after a
 	// crash.
@@ -335,10 +327,5 @@ func TestOveradmitted(t *testing.T) {
 		add(2, waiting, 4, 5, behind(0)).
 		add(3, crash, 10, 11, Result{}).
 		add(2, pool(Acquire, 2, 2), 80, 81, granted(0))
-	if err := Check(1, old, bounds, "", 10*time.Second); err != nil {
-		t.Fatalf("the model refuses it: %v", err)
-	}
-	if o := Overadmitted(old, bounds); o.Slots != 2 {
-		t.Fatalf("beside an old ticket: %+v, want 2 slots over", o)
-	}
+	slotsOver(t, "beside an old ticket", old, 2)
 }
