@@ -32,9 +32,7 @@ const sweepEvery = time.Second
 type Store struct {
 	store.Unsupported // asynchronous releases, partitions: not here
 
-	clock  func() time.Duration // precise: pauses, paces, marks, inspection
-	manual bool                 // withClock: leases read clock too
-	slack  time.Duration        // added to a lease's expiry: the lease clock's lag
+	clock  func() time.Duration // monotonic, precise: leases, lines, pauses, paces, marks
 	shards [shards]shard
 	hub    hub
 	ov     overrides
@@ -93,19 +91,21 @@ type Option struct{ apply func(*Store) }
 // withClock replaces the store's clock, a monotonic duration since an
 // arbitrary origin, for tests that move time by hand (internal/testhook).
 func withClock(now func() time.Duration) Option {
-	return Option{func(s *Store) { s.clock, s.manual, s.slack = now, true, 0 }}
+	return Option{func(s *Store) { s.clock = now }}
 }
 
 func init() { testhook.MemstoreClock = func(now func() time.Duration) any { return withClock(now) } }
 
 // New returns an empty store.
 //
-// Leases are timed by a coarse clock, read with two atomic loads and
-// refreshed every millisecond while the store is used (internal/coarse): a
-// lease's expiry is set one tick later than asked, so that it never lives
-// shorter than its TTL, and may outlive it by up to about 2 ms.
+// Leases are timed by the precise monotonic clock, read once a call: a
+// lease never lives shorter than its TTL, whatever the process's load. (A
+// coarse clock, refreshed every millisecond by a goroutine, saved the read —
+// 25–30 ns on a VM's kvm-clock — but lagged by several milliseconds when
+// the process was starved of CPU, and a lease timed by it ended early by
+// as much: internal/safety's checker found it.)
 func New(opts ...Option) *Store {
-	s := &Store{clock: coarse.Precise, slack: coarse.Tick}
+	s := &Store{clock: coarse.Precise}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(s)
@@ -135,14 +135,6 @@ const features = store.Lines | store.Notifications | store.Shares | store.Pinned
 func (s *Store) Features() store.Features { return features }
 
 func (s *Store) shard(p store.PoolID) *shard { return &s.shards[p[15]] }
-
-// fast reads the clock of leases: the coarse one, unless withClock set one.
-func (s *Store) fast() time.Duration {
-	if s.manual {
-		return s.clock()
-	}
-	return coarse.Now()
-}
 
 // find returns pool p, or nil. The caller holds sh.mu.
 func (sh *shard) find(p store.PoolID) *pool {
@@ -223,8 +215,8 @@ const pinned = time.Duration(1 << 62)
 // acquire takes a slot of pool p for owner, for ttl or pinned, with a
 // fencing token when fence asks for one.
 func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Duration, pin, fence bool) (bool, uint64) {
-	now := s.fast()
-	expires := now + ttl + s.slack
+	now := s.clock()
+	expires := now + ttl
 	if pin {
 		expires = pinned + min(ttl, store.MaxTTL) // no overflow
 	}
@@ -251,7 +243,7 @@ func (s *Store) release(p store.PoolID, owner store.Owner) {
 			pl.remove(i)
 		}
 		if len(pl.line) > 0 { // only then is the clock read
-			now := s.fast()
+			now := s.clock()
 			pl.expire(now)
 			granted = pl.fill(now)
 		}
@@ -264,12 +256,12 @@ func (s *Store) release(p store.PoolID, owner store.Owner) {
 
 // queue is acquire for a caller that waits in p's line when refused.
 func (s *Store) queue(p store.PoolID, owner store.Owner, max int, ttl time.Duration, t store.Ticket, fence bool) store.Grant {
-	now := s.fast()
+	now := s.clock()
 	sh := s.shard(p)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
 	pl := sh.pool(p)
-	ok, granted := pl.acquire(owner, 1, max, now, now+ttl+s.slack)
+	ok, granted := pl.acquire(owner, 1, max, now, now+ttl)
 	ahead := 0
 	if ok {
 		pl.dequeue(owner)
