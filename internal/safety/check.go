@@ -40,6 +40,9 @@ func (v *Violation) Error() string {
 // failure of its own (a release taken out), so the violation shows the
 // operations around the point where every order of them fails instead.
 func Check(seed int64, history []porcupine.Operation, b Bounds, dir string, timeout time.Duration) error {
+	if b.TTL <= 0 || b.Ticket <= 0 || b.Claim <= 0 {
+		return fmt.Errorf("seed %d: bounds without the run's timings (TTL %s, ticket %s, claim %s): check with the Config.Bounds the run had", seed, b.TTL, b.Ticket, b.Claim)
+	}
 	model := Model(b)
 	res, info := porcupine.CheckOperationsVerbose(model, history, timeout)
 	switch res {

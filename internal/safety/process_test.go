@@ -66,55 +66,57 @@ func TestHistoriesPostgresProcesses(t *testing.T) {
 // with the arguments args returns for each run, paused by SIGSTOP.
 func checkProcesses(t *testing.T, b safety.Bounds, args func(t *testing.T) []string) {
 	bin := holderBin(t)
-	var (
-		mu     sync.Mutex
-		procs  []*safety.Process
-		paused atomic.Int64
-	)
-	open := func(t *testing.T, seed int64) func() safety.Store {
-		args := args(t)
-		mu.Lock()
-		procs = nil
-		mu.Unlock()
-		return func() safety.Store {
-			p, err := safety.StartProcess(bin, args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := p.Close(); err != nil {
-					t.Errorf("the holder process: %v", err)
-				}
-			})
+	var paused atomic.Int64
+	soak(t, func(t *testing.T) lane {
+		var (
+			mu    sync.Mutex
+			procs []*safety.Process // the run's
+		)
+		open := func(t *testing.T, seed int64) func() safety.Store {
+			args := args(t)
 			mu.Lock()
-			procs = append(procs, p)
+			procs = nil
 			mu.Unlock()
-			return p
-		}
-	}
-	faults := func(seed int64) func(context.Context, *safety.Faults) {
-		rng := rand.New(rand.NewPCG(uint64(seed), 0x57))
-		return func(ctx context.Context, _ *safety.Faults) {
-			for ctx.Err() == nil {
-				wait(ctx, time.Duration(100+rng.IntN(300))*time.Millisecond)
+			return func() safety.Store {
+				p, err := safety.StartProcess(bin, args...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := p.Close(); err != nil {
+						t.Errorf("the holder process: %v", err)
+					}
+				})
 				mu.Lock()
-				if len(procs) == 0 {
-					mu.Unlock()
-					continue
-				}
-				p := procs[rng.IntN(len(procs))]
+				procs = append(procs, p)
 				mu.Unlock()
-				// One to two TTLs: its leases expire while it is stopped.
-				d := b.TTL + time.Duration(rng.Int64N(int64(b.TTL)))
-				if err := p.Pause(ctx, d); err != nil {
-					t.Errorf("pausing a holder process: %v", err)
-					return
-				}
-				paused.Add(1)
+				return p
 			}
 		}
-	}
-	checkRuns(t, safety.Config{}, b, open, faults)
+		faults := func(seed int64) func(context.Context, *safety.Faults) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 0x57))
+			return func(ctx context.Context, _ *safety.Faults) {
+				for ctx.Err() == nil {
+					wait(ctx, time.Duration(100+rng.IntN(300))*time.Millisecond)
+					mu.Lock()
+					if len(procs) == 0 {
+						mu.Unlock()
+						continue
+					}
+					p := procs[rng.IntN(len(procs))]
+					mu.Unlock()
+					// One to two TTLs: its leases expire while it is stopped.
+					d := b.TTL + time.Duration(rng.Int64N(int64(b.TTL)))
+					if err := p.Pause(ctx, d); err != nil {
+						t.Errorf("pausing a holder process: %v", err)
+						return
+					}
+					paused.Add(1)
+				}
+			}
+		}
+		return lane{safety.Config{Bounds: b}, open, faults}
+	})
 	t.Logf("%d holder processes stopped with SIGSTOP past the TTL", paused.Load())
 }
 

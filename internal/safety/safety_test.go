@@ -68,32 +68,85 @@ var bounds = safety.Bounds{TTL: 300 * time.Millisecond, Early: 3 * time.Millisec
 // found it).
 var pgBounds = func() safety.Bounds { b := bounds; b.Sweeps = true; return b }()
 
-// line is the workload's ticket, as bounds has it.
-var line = store.Ticket{TTL: bounds.Ticket, Claim: bounds.Claim}
-
-// check runs the workload once per seed, on the stores that open makes for
-// each run (a fresh namespace: name), with faults beside it, and checks
-// every history.
-func check(t *testing.T, open func(t *testing.T, seed int64) func() safety.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
-	checkRuns(t, safety.Config{}, bounds, open, faults)
+// lanes is how many runs of a configuration go at once:
+// KEYCAP_SAFETY_LANES, default 1. A lane has servers and faults of its
+// own (a Cluster, a Sentinel, a Redis to kill), and every lane-th seed.
+// The runs are bound by their wall time (2–5 s of workload, a failover's
+// wait), not by the CPU, so lanes let a soak of 1,000 runs per
+// configuration fit in an hour on the 2-core machine.
+func lanes(t *testing.T) int {
+	if s := os.Getenv("KEYCAP_SAFETY_LANES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("KEYCAP_SAFETY_LANES=%q: want a positive number", s)
+		}
+		return n
+	}
+	return 1
 }
 
-// checkRuns is check with cfg's clients, duration and timeout.
-func checkRuns(t *testing.T, cfg safety.Config, b safety.Bounds, open func(t *testing.T, seed int64) func() safety.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
-	ops, unknown, crashed, lost := 0, 0, 0, 0
-	var over safety.Overadmission
-	ss := seeds(t)
-	for _, seed := range ss {
+// lane is what a lane's runs are made with: the workload's configuration,
+// the stores of each run (open, in a fresh namespace) and the faults
+// beside each run (nil: none).
+type lane struct {
+	cfg    safety.Config
+	open   func(t *testing.T, seed int64) func() safety.Store
+	faults func(seed int64) func(context.Context, *safety.Faults)
+}
+
+// totals are a configuration's figures, summed over its lanes.
+type totals struct {
+	mu                                sync.Mutex
+	runs, ops, unknown, crashed, lost int
+	over                              safety.Overadmission
+}
+
+// check runs the workload once per seed, on the stores that open makes for
+// each run, with faults beside it, and checks every history.
+func check(t *testing.T, open func(t *testing.T, seed int64) func() safety.Store, faults func(seed int64) func(context.Context, *safety.Faults)) {
+	soak(t, func(*testing.T) lane { return lane{safety.Config{Bounds: bounds}, open, faults} })
+}
+
+// soak runs the seeds in lanes (KEYCAP_SAFETY_LANES), each set up by
+// setup on a subtest of its own, and logs the totals.
+func soak(t *testing.T, setup func(t *testing.T) lane) {
+	ss, n := seeds(t), lanes(t)
+	var tot totals
+	if n == 1 {
+		checkLane(t, setup(t), ss, &tot)
+	} else {
+		t.Run("lanes", func(t *testing.T) {
+			for i := range n {
+				var mine []int64
+				for j := i; j < len(ss); j += n {
+					mine = append(mine, ss[j])
+				}
+				t.Run(fmt.Sprintf("lane%d", i), func(t *testing.T) {
+					t.Parallel()
+					checkLane(t, setup(t), mine, &tot)
+				})
+			}
+		})
+	}
+	t.Logf("%d runs, %d operations checked, %d of unknown outcome, %d crashes, %d renewals that found their lease lost: linearizable; over a cap: at most %d slots, for %s at most, %s in all",
+		tot.runs, tot.ops, tot.unknown, tot.crashed, tot.lost, tot.over.Slots, tot.over.Longest, tot.over.Total)
+}
+
+// checkLane runs and checks the seeds of one lane, one after another,
+// adding to tot; it stops at the first run that fails.
+func checkLane(t *testing.T, l lane, seeds []int64, tot *totals) {
+	for _, seed := range seeds {
 		// A subtest per run: its clients, connections and namespace go
 		// when it ends.
 		ok := t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			cfg := cfg
-			cfg.Seed, cfg.Name, cfg.TTL, cfg.Line = seed, fmt.Sprintf("safety:%s:%d", t.Name(), time.Now().UnixNano()), bounds.TTL, line
+			cfg := l.cfg
+			cfg.Seed, cfg.Name = seed, fmt.Sprintf("safety:%s:%d", t.Name(), time.Now().UnixNano())
 			var f func(context.Context, *safety.Faults)
-			if faults != nil {
-				f = faults(seed)
+			if l.faults != nil {
+				f = l.faults(seed)
 			}
-			h := safety.Run(context.Background(), cfg, open(t, seed), f)
+			h := safety.Run(context.Background(), cfg, l.open(t, seed), f)
+			unknown, lost := 0, 0
 			for _, op := range h {
 				res := op.Output.(safety.Result)
 				if res.Unknown {
@@ -103,25 +156,25 @@ func checkRuns(t *testing.T, cfg safety.Config, b safety.Bounds, open func(t *te
 					lost++
 				}
 			}
-			ops, crashed = ops+len(h), crashed+crashes(h)
 			// The visualisation goes where it outlives the test.
-			if err := safety.Check(seed, h, b, os.TempDir(), time.Minute); err != nil {
+			if err := safety.Check(seed, h, cfg.Bounds, os.TempDir(), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			// What holders certainly held beyond a cap at once: none,
 			// unless the store lost leases (a crash the history records).
-			o := safety.Overadmitted(h, b)
+			o := safety.Overadmitted(h, cfg.Bounds)
 			if o.Slots > 0 && crashes(h) == 0 {
-				t.Fatalf("seed %d, with no crash: %s", seed, o.Explain(h, b))
+				t.Fatalf("seed %d, with no crash: %s", seed, o.Explain(h, cfg.Bounds))
 			}
-			over.Slots, over.Longest, over.Total = max(over.Slots, o.Slots), max(over.Longest, o.Longest), over.Total+o.Total
+			tot.mu.Lock()
+			defer tot.mu.Unlock()
+			tot.runs, tot.ops, tot.unknown, tot.crashed, tot.lost = tot.runs+1, tot.ops+len(h), tot.unknown+unknown, tot.crashed+crashes(h), tot.lost+lost
+			tot.over.Slots, tot.over.Longest, tot.over.Total = max(tot.over.Slots, o.Slots), max(tot.over.Longest, o.Longest), tot.over.Total+o.Total
 		})
 		if !ok {
 			return
 		}
 	}
-	t.Logf("%d runs, %d operations checked, %d of unknown outcome, %d crashes, %d renewals that found their lease lost: linearizable; over a cap: at most %d slots, for %s at most, %s in all",
-		len(ss), ops, unknown, crashed, lost, over.Slots, over.Longest, over.Total)
 }
 
 func TestHistoriesMemstore(t *testing.T) {
@@ -218,29 +271,33 @@ func proxy(t *testing.T, upstream string) *faultproxy.Proxy {
 
 func TestHistoriesRedisFaults(t *testing.T) {
 	t.Parallel()
-	var p *faultproxy.Proxy
-	check(t, func(t *testing.T, seed int64) func() safety.Store {
-		p = proxy(t, testenv.RedisAddr())
-		return redisThrough(t, p.Addr())
-	}, chaos(&p))
+	soak(t, func(*testing.T) lane {
+		var p *faultproxy.Proxy
+		return lane{safety.Config{Bounds: bounds}, func(t *testing.T, seed int64) func() safety.Store {
+			p = proxy(t, testenv.RedisAddr())
+			return redisThrough(t, p.Addr())
+		}, chaos(&p)}
+	})
 }
 
 func TestHistoriesPostgresFaults(t *testing.T) {
 	t.Parallel()
-	var p *faultproxy.Proxy
-	checkRuns(t, safety.Config{}, pgBounds, func(t *testing.T, seed int64) func() safety.Store {
-		pool := pgenv.Pool(t)
-		schema := pgenv.Schema(t, pool)
-		if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
-			t.Fatal(err)
-		}
-		p = proxy(t, hostOf(t, pool))
-		return func() safety.Store {
-			cfg := pool.Config().Copy()
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", portOf(t, p.Addr())
-			return pgStore(t, cfg, schema)
-		}
-	}, chaos(&p))
+	soak(t, func(*testing.T) lane {
+		var p *faultproxy.Proxy
+		return lane{safety.Config{Bounds: pgBounds}, func(t *testing.T, seed int64) func() safety.Store {
+			pool := pgenv.Pool(t)
+			schema := pgenv.Schema(t, pool)
+			if err := pgstore.Migrate(context.Background(), pool, pgstore.WithSchema(schema)); err != nil {
+				t.Fatal(err)
+			}
+			p = proxy(t, hostOf(t, pool))
+			return func() safety.Store {
+				cfg := pool.Config().Copy()
+				cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", portOf(t, p.Addr())
+				return pgStore(t, cfg, schema)
+			}
+		}, chaos(&p)}
+	})
 }
 
 // pgStore opens a pgstore on a pool of its own of cfg (4 connections,
@@ -386,8 +443,10 @@ func redisProcess(t *testing.T, p *testenv.RedisProcess) func() safety.Store {
 // everything else holds — tokens keep growing (the clock).
 func TestHistoriesRedisRestart(t *testing.T) {
 	t.Parallel()
-	p := testenv.StartRedis(t)
-	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(t, p, false))
+	soak(t, func(t *testing.T) lane {
+		p := testenv.StartRedis(t)
+		return lane{safety.Config{Bounds: bounds}, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(t, p, false)}
+	})
 }
 
 // TestHistoriesRedisRestartPersistent: with an append-only file fsynced
@@ -395,8 +454,10 @@ func TestHistoriesRedisRestart(t *testing.T) {
 // model holds across restarts.
 func TestHistoriesRedisRestartPersistent(t *testing.T) {
 	t.Parallel()
-	p := testenv.StartRedisPersistent(t)
-	check(t, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(t, p, true))
+	soak(t, func(t *testing.T) lane {
+		p := testenv.StartRedisPersistent(t)
+		return lane{safety.Config{Bounds: bounds}, func(t *testing.T, seed int64) func() safety.Store { return redisProcess(t, p) }, restarts(t, p, true)}
+	})
 }
 
 // TestHistoriesPostgresRestart: PostgreSQL killed (the server and every
@@ -405,14 +466,16 @@ func TestHistoriesRedisRestartPersistent(t *testing.T) {
 // everything else holds — tokens keep growing (a logged sequence).
 func TestHistoriesPostgresRestart(t *testing.T) {
 	t.Parallel()
-	p := pgenv.StartProcess(t)
 	// While the server is down, every call fails to connect: those never
 	// reached it, and stay out of the history.
-	cfg := safety.Config{NotSent: func(err error) bool {
+	cfg := safety.Config{Bounds: pgBounds, NotSent: func(err error) bool {
 		var ce *pgconn.ConnectError
 		return errors.As(err, &ce) || pgconn.SafeToRetry(err)
 	}}
-	checkRuns(t, cfg, pgBounds, func(t *testing.T, seed int64) func() safety.Store { return pgProcess(t, p) }, restarts(t, p, false))
+	soak(t, func(t *testing.T) lane {
+		p := pgenv.StartProcess(t)
+		return lane{cfg, func(t *testing.T, seed int64) func() safety.Store { return pgProcess(t, p) }, restarts(t, p, false)}
+	})
 }
 
 // pgProcess migrates a schema of t's own on p and returns its stores,
@@ -443,9 +506,11 @@ func pgProcess(t *testing.T, p *pgenv.Process) func() safety.Store {
 // the failover, and the strict model holds.
 func TestHistoriesClusterFailoverAcked(t *testing.T) {
 	t.Parallel()
-	c := testenv.StartCluster(t)
-	cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second}
-	checkRuns(t, cfg, bounds, clusterStores(c, redisstore.WithReplicaAcks(1, 500*time.Millisecond)), failovers(t, c))
+	soak(t, func(t *testing.T) lane {
+		c := testenv.StartCluster(t)
+		cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second, Bounds: bounds}
+		return lane{cfg, clusterStores(c, redisstore.WithReplicaAcks(1, 500*time.Millisecond)), failovers(t, c)}
+	})
 }
 
 // TestFailoverWithoutAcksIsBounded measures what a Cluster failover lets
@@ -459,17 +524,17 @@ func TestHistoriesClusterFailoverAcked(t *testing.T) {
 func TestFailoverWithoutAcksIsBounded(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartCluster(t)
-	cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second}
+	cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second, Bounds: bounds}
 	open, faults := clusterStores(c), failovers(t, c)
 	var over safety.Overadmission
 	violations, unfinished, ops, ss := 0, 0, 0, seeds(t)
 	for _, seed := range ss {
 		cfg := cfg
-		cfg.Seed, cfg.Name, cfg.TTL, cfg.Line = seed, fmt.Sprintf("safety:unacked:%d", time.Now().UnixNano()), bounds.TTL, line
+		cfg.Seed, cfg.Name = seed, fmt.Sprintf("safety:unacked:%d", time.Now().UnixNano())
 		h := safety.Run(context.Background(), cfg, open(t, seed), faults(seed))
 		ops += len(h)
 		var v *safety.Violation
-		switch err := safety.Check(seed, h, bounds, "", time.Minute); {
+		switch err := safety.Check(seed, h, cfg.Bounds, "", time.Minute); {
 		case errors.As(err, &v):
 			violations++
 			t.Logf("seed %d: the strict model fails, as a lost grant lets it: %v", seed, err)
@@ -477,9 +542,9 @@ func TestFailoverWithoutAcksIsBounded(t *testing.T) {
 			unfinished++
 			t.Logf("seed %d: %v", seed, err)
 		}
-		o := safety.Overadmitted(h, bounds)
-		if o.Longest > bounds.TTL {
-			t.Fatalf("seed %d: over a cap for %s, beyond the TTL (%s)", seed, o.Longest, bounds.TTL)
+		o := safety.Overadmitted(h, cfg.Bounds)
+		if o.Longest > cfg.Bounds.TTL {
+			t.Fatalf("seed %d: over a cap for %s, beyond the TTL (%s)", seed, o.Longest, cfg.Bounds.TTL)
 		}
 		over.Slots, over.Longest, over.Total = max(over.Slots, o.Slots), max(over.Longest, o.Longest), over.Total+o.Total
 	}
@@ -493,35 +558,39 @@ func TestFailoverWithoutAcksIsBounded(t *testing.T) {
 // survives the failover, and the strict model holds.
 func TestHistoriesSentinelFailoverAcked(t *testing.T) {
 	t.Parallel()
-	cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second}
-	var sn *testenv.Sentinel // the run's: open starts it, the faults fail it over
-	open := func(t *testing.T, seed int64) func() safety.Store {
-		sn = testenv.StartSentinel(t)
-		prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
-		return func() safety.Store {
-			s, err := redisstore.New(sn.Client(), redisstore.WithPrefix(prefix), redisstore.WithReplicaAcks(1, 500*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
+	soak(t, func(t *testing.T) lane {
+		var sn *testenv.Sentinel // the run's: open starts it, the faults fail it over
+		open := func(t *testing.T, seed int64) func() safety.Store {
+			sn = testenv.StartSentinel(t)
+			prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
+			return func() safety.Store {
+				s, err := redisstore.New(sn.Client(), redisstore.WithPrefix(prefix), redisstore.WithReplicaAcks(1, 500*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
 			}
-			return s
 		}
-	}
-	faults := func(seed int64) func(context.Context, *safety.Faults) {
-		rng := rand.New(rand.NewPCG(uint64(seed), 0x5e))
-		return func(ctx context.Context, f *safety.Faults) {
-			wait(ctx, time.Duration(300+rng.IntN(1000))*time.Millisecond)
-			m, err := sn.Master()
-			if err != nil {
-				t.Fatal(err)
+		faults := func(seed int64) func(context.Context, *safety.Faults) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 0x5e))
+			return func(ctx context.Context, f *safety.Faults) {
+				wait(ctx, time.Duration(300+rng.IntN(1000))*time.Millisecond)
+				m, err := sn.Master()
+				if err != nil {
+					t.Errorf("the Sentinel's master: %v", err) // not Fatal: this is not the test's goroutine
+					return
+				}
+				sn.Kill(m)
+				if err := sn.WaitFailover(m, 20*time.Second); err != nil {
+					t.Errorf("the failover: %v", err)
+					return
+				}
+				<-ctx.Done()
 			}
-			sn.Kill(m)
-			if err := sn.WaitFailover(m, 20*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			<-ctx.Done()
 		}
-	}
-	checkRuns(t, cfg, bounds, open, faults)
+		cfg := safety.Config{Duration: 5 * time.Second, Timeout: 2 * time.Second, Bounds: bounds}
+		return lane{cfg, open, faults}
+	})
 }
 
 // clusterStores opens redisstores on c, each run in a namespace of its own.
@@ -547,11 +616,13 @@ func failovers(t *testing.T, c *testenv.Cluster) func(seed int64) func(context.C
 			wait(ctx, time.Duration(300+rng.IntN(1000))*time.Millisecond)
 			m, err := c.MasterOf(strconv.Itoa(rng.Int()))
 			if err != nil {
-				t.Fatal(err)
+				t.Errorf("a master of the cluster: %v", err) // not Fatal: this is not the test's goroutine
+				return
 			}
 			c.Kill(m)
 			if err := c.WaitOK(20 * time.Second); err != nil {
-				t.Fatalf("the cluster after master %d was killed: %v", m, err)
+				t.Errorf("the cluster after master %d was killed: %v", m, err)
+				return
 			}
 			c.Start(m) // back as a replica
 			<-ctx.Done()

@@ -19,11 +19,13 @@ type Config struct {
 	Name     string        // unique per run: the pools' names start with it, so runs share no keys
 	Clients  int           // each with a store client of its own; default 4
 	Duration time.Duration // default 2 s
-	TTL      time.Duration // of every lease; default 300 ms
 	Timeout  time.Duration // of every call: past it, the outcome is unknown; default 1 s
-	// Line is the ticket of the acquires that wait in a line (on the pools
-	// without a parent); default 150 ms, claimed within 60 ms.
-	Line store.Ticket
+	// Bounds hold the run's timings — Bounds.TTL of every lease (default
+	// 300 ms); Bounds.Ticket and Bounds.Claim of the acquires that wait in
+	// a line, on the pools without a parent (default 150 ms, claimed within
+	// 60 ms) — and the model's allowances: the one place the workload and
+	// the checker read them (Check(cfg.Seed, h, cfg.Bounds, …)).
+	Bounds Bounds
 	// NotSent, if set, reports whether a call's error proves that the
 	// call never reached the server (it could not connect): such a call
 	// had no effect, and is left out of the history rather than recorded
@@ -40,14 +42,17 @@ func (c *Config) defaults() {
 	if c.Duration == 0 {
 		c.Duration = 2 * time.Second
 	}
-	if c.TTL == 0 {
-		c.TTL = 300 * time.Millisecond
+	if c.Bounds.TTL == 0 {
+		c.Bounds.TTL = 300 * time.Millisecond
 	}
 	if c.Timeout == 0 {
 		c.Timeout = time.Second
 	}
-	if c.Line == (store.Ticket{}) {
-		c.Line = store.Ticket{TTL: 150 * time.Millisecond, Claim: 60 * time.Millisecond}
+	if c.Bounds.Ticket == 0 {
+		c.Bounds.Ticket = 150 * time.Millisecond
+	}
+	if c.Bounds.Claim == 0 {
+		c.Bounds.Claim = 60 * time.Millisecond
 	}
 }
 
@@ -205,7 +210,7 @@ func (c *client) run(ctx context.Context) {
 				waits[o] = nil // walks away: its ticket expires
 			default:
 				// The waiter pauses past its ticket, then comes back.
-				sleep(ctx, c.cfg.Line.TTL+time.Duration(c.rng.Int64N(int64(c.cfg.Line.TTL/2))))
+				sleep(ctx, c.cfg.Bounds.Ticket+time.Duration(c.rng.Int64N(int64(c.cfg.Bounds.Ticket/2))))
 				poll(o)
 			}
 		case h == nil:
@@ -246,7 +251,7 @@ func (c *client) run(ctx context.Context) {
 		default:
 			// The holder pauses past its lease, then renews: it finds the
 			// lease lost, unless it renewed in time.
-			sleep(ctx, c.cfg.TTL+time.Duration(c.rng.Int64N(int64(c.cfg.TTL/2))))
+			sleep(ctx, c.cfg.Bounds.TTL+time.Duration(c.rng.Int64N(int64(c.cfg.Bounds.TTL/2))))
 			if res := c.renew(ctx, ids[o], h.op); res.Lost || res.Unknown {
 				c.release(ctx, ids[o], h.op, false)
 				holds[o] = nil
@@ -267,9 +272,9 @@ func (c *client) run(ctx context.Context) {
 }
 
 func (c *client) demand(op Op) store.Demand {
-	d := store.Demand{Max: op.Max, TTL: c.cfg.TTL, Fence: op.Fence}
+	d := store.Demand{Max: op.Max, TTL: c.cfg.Bounds.TTL, Fence: op.Fence}
 	if op.Kind == Acquire && op.Line {
-		d.Line = c.cfg.Line
+		d.Line = store.Ticket{TTL: c.cfg.Bounds.Ticket, Claim: c.cfg.Bounds.Claim}
 	}
 	if op.Weight > 1 || op.Parent > 0 {
 		g := c.gs[op.Group]
@@ -314,7 +319,7 @@ func (c *client) renew(ctx context.Context, owner store.Owner, acq Op) Result {
 	op := acq
 	op.Kind, op.Fence, op.Line = Renew, false, false
 	g := c.gs[op.Group]
-	batch := []store.Renewal{{Pool: g.keys[op.Key], Owner: owner, TTL: c.cfg.TTL, Weight: op.Weight, Parent: g.parent}}
+	batch := []store.Renewal{{Pool: g.keys[op.Key], Owner: owner, TTL: c.cfg.Bounds.TTL, Weight: op.Weight, Parent: g.parent}}
 	op.Call = c.clock()
 	err := c.s.Renew(cctx, batch)
 	op.Return = c.clock()
