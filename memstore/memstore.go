@@ -32,7 +32,11 @@ const sweepEvery = time.Second
 type Store struct {
 	store.Unsupported // asynchronous releases, partitions: not here
 
-	clock  func() time.Duration // monotonic, precise: leases, lines, pauses, paces, marks
+	clock func() time.Duration // monotonic, precise: leases, lines, pauses, paces, marks
+	// judge is a cheaper clock that may lag clock but is never ahead: it
+	// may judge whether something has expired (a late answer only keeps
+	// it longer), never set when something expires.
+	judge  func() time.Duration
 	shards [shards]shard
 	hub    hub
 	ov     overrides
@@ -91,7 +95,7 @@ type Option struct{ apply func(*Store) }
 // withClock replaces the store's clock, a monotonic duration since an
 // arbitrary origin, for tests that move time by hand (internal/testhook).
 func withClock(now func() time.Duration) Option {
-	return Option{func(s *Store) { s.clock = now }}
+	return Option{func(s *Store) { s.clock, s.judge = now, now }}
 }
 
 func init() { testhook.MemstoreClock = func(now func() time.Duration) any { return withClock(now) } }
@@ -103,9 +107,11 @@ func init() { testhook.MemstoreClock = func(now func() time.Duration) any { retu
 // coarse clock, refreshed every millisecond by a goroutine, saved the read —
 // 25–30 ns on a VM's kvm-clock — but lagged by several milliseconds when
 // the process was starved of CPU, and a lease timed by it ended early by
-// as much: internal/safety's checker found it.)
+// as much: internal/safety's checker found it.) A pinned slot (Limiter.Do)
+// never expires, so its acquire reads the coarse clock, only to judge the
+// others' expiries.
 func New(opts ...Option) *Store {
-	s := &Store{clock: coarse.Precise}
+	s := &Store{clock: coarse.Precise, judge: coarse.Now}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(s)
@@ -215,15 +221,20 @@ const pinned = time.Duration(1 << 62)
 // acquire takes a slot of pool p for owner, for ttl or pinned, with a
 // fencing token when fence asks for one.
 func (s *Store) acquire(p store.PoolID, owner store.Owner, max int, ttl time.Duration, pin, fence bool) (bool, uint64) {
-	now := s.clock()
-	expires := now + ttl
+	var now, expires time.Duration
 	if pin {
-		expires = pinned + min(ttl, store.MaxTTL) // no overflow
+		now, expires = s.judge(), pinned+min(ttl, store.MaxTTL) // no overflow
+	} else {
+		now = s.clock()
+		expires = now + ttl
 	}
 	sh := s.shard(p)
 	sh.mu.Lock()
 	sh.maybeSweep(now)
 	pl := sh.pool(p)
+	if pin && len(pl.line) > 0 {
+		now = s.clock() // the slots handed to the line are timed from it
+	}
 	ok, granted := pl.acquire(owner, 1, max, now, expires)
 	token := s.token(ok, fence)
 	sh.mu.Unlock()
