@@ -773,13 +773,16 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	}
 	p, q := pool("sync-p"), pool("sync-q")
 	const short = 300 * time.Millisecond
+	// long outlives the test, however slow the machine (a busy one took
+	// two minutes over it, under -race).
+	const long = time.Hour
 	mustAcquire(t, s, p, a1, 3, short, true)
 	mustAcquire(t, s, p, a2, 3, short, true) // a2 will be a ghost: released where the store never saw it
-	mustAcquire(t, s, p, b1, 3, time.Minute, true)
-	mustAcquire(t, s, q, a3, 1, time.Minute, true)
+	mustAcquire(t, s, p, b1, 3, long, true)
+	mustAcquire(t, s, q, a3, 1, long, true)
 
 	batch := []store.SyncPool{{Pool: p, Members: []store.Owner{a1}}, {Pool: q}}
-	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
+	if err := s.Sync(ctx(t), nodeA, long, batch); err != nil {
 		t.Fatal(err)
 	}
 	for i, sp := range batch {
@@ -799,9 +802,9 @@ func testSync(t *testing.T, open func() keycap.Store) {
 		t.Fatalf("emptied pool holds %d members", n)
 	}
 	// A live member the store lost is restored, even beyond max.
-	mustAcquire(t, s, q, store.NewOwner(), 1, time.Minute, true)
+	mustAcquire(t, s, q, store.NewOwner(), 1, long, true)
 	batch = []store.SyncPool{{Pool: q, Members: []store.Owner{a3}}}
-	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	if err := s.Sync(ctx(t), nodeA, long, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if n := held(t, s, q, 10); n != 2 {
@@ -811,10 +814,10 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	// beside them, is dropped too.
 	r := pool("sync-r")
 	a4, a5 := store.MemberOf(nodeA, "4"), store.MemberOf(nodeA, "5")
-	mustAcquire(t, s, r, a4, 3, time.Minute, true)
-	mustAcquire(t, s, r, a5, 3, time.Minute, true)
+	mustAcquire(t, s, r, a4, 3, long, true)
+	mustAcquire(t, s, r, a5, 3, long, true)
 	batch = []store.SyncPool{{Pool: r, Members: []store.Owner{a4}}}
-	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	if err := s.Sync(ctx(t), nodeA, long, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if batch[0].Removed != 1 {
@@ -830,14 +833,14 @@ func testSync(t *testing.T, open func() keycap.Store) {
 		many[i] = store.MemberOf(nodeA, fmt.Sprint("m", i))
 	}
 	batch = []store.SyncPool{{Pool: big, Members: many}}
-	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	if err := s.Sync(ctx(t), nodeA, long, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if n := held(t, s, big, len(many)+1); n != len(many) {
 		t.Fatalf("pool holds %d after restoring %d members", n, len(many))
 	}
 	batch = []store.SyncPool{{Pool: big, Members: many[:len(many)/2]}}
-	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil || batch[0].Err != nil {
+	if err := s.Sync(ctx(t), nodeA, long, batch); err != nil || batch[0].Err != nil {
 		t.Fatal(err, batch[0].Err)
 	}
 	if batch[0].Removed != len(many)/2 {
@@ -849,7 +852,7 @@ func testSync(t *testing.T, open func() keycap.Store) {
 	// A node that syncs nothing loses everything it had there: a1, a3 and
 	// the big pool's members.
 	batch = []store.SyncPool{{Pool: p}, {Pool: q}, {Pool: big}}
-	if err := s.Sync(ctx(t), nodeA, time.Minute, batch); err != nil {
+	if err := s.Sync(ctx(t), nodeA, long, batch); err != nil {
 		t.Fatal(err)
 	}
 	if batch[0].Removed != 1 || batch[1].Removed != 1 || batch[2].Removed != len(many)/2 {
