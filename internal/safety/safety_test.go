@@ -30,15 +30,20 @@ import (
 
 // runs is how many seeded runs each configuration makes:
 // KEYCAP_SAFETY_RUNS, default 2 (the soak of docs/safety.md sets 1,000).
-func runs(t *testing.T) int {
-	if s := os.Getenv("KEYCAP_SAFETY_RUNS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("KEYCAP_SAFETY_RUNS=%q: want a positive number", s)
-		}
-		return n
+func runs(t *testing.T) int { return count(t, "KEYCAP_SAFETY_RUNS", 2) }
+
+// count reads a positive number from the environment variable name, or
+// returns def when it is unset.
+func count(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return 2
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", name, s)
+	}
+	return n
 }
 
 // seeds returns the seeds of the runs: from KEYCAP_SAFETY_SEED on (to
@@ -74,16 +79,7 @@ var pgBounds = func() safety.Bounds { b := bounds; b.Sweeps = true; return b }()
 // The runs are bound by their wall time (2–5 s of workload, a failover's
 // wait), not by the CPU, so lanes let a soak of 1,000 runs per
 // configuration fit in an hour on the 2-core machine.
-func lanes(t *testing.T) int {
-	if s := os.Getenv("KEYCAP_SAFETY_LANES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("KEYCAP_SAFETY_LANES=%q: want a positive number", s)
-		}
-		return n
-	}
-	return 1
-}
+func lanes(t *testing.T) int { return count(t, "KEYCAP_SAFETY_LANES", 1) }
 
 // lane is what a lane's runs are made with: the workload's configuration,
 // the stores of each run (open, in a fresh namespace) and the faults
