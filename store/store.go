@@ -60,7 +60,9 @@ type Store interface {
 	// *NotSupportedError, never served as another. One round trip.
 	Acquire(ctx context.Context, pool PoolID, owner Owner, d Demand) (Grant, error)
 
-	// Release frees owner's lease of pool (d says its weight and parent).
+	// Release frees owner's lease of pool (d says its weight and parent:
+	// the weight the lease was granted with, which an Acquire by its
+	// holder keeps whatever that Acquire's weight).
 	// Releasing a lease that expired or was never granted does nothing.
 	// With leave, the owner also leaves the pool's line (Lines): its
 	// ticket is taken out, and a slot handed to it and not claimed yet

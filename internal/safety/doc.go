@@ -1,6 +1,6 @@
 // Package safety checks keycap's stores against a model of the leased
 // semaphore: clients drive random acquires, renewals and releases (with
-// weights, parents and fencing tokens) through real stores, record every
+// weights, parents, lines and fencing tokens) through real stores, record every
 // call and its outcome (unknown when the call failed), and the recorded
 // history is checked with porcupine, a linearizability checker, against
 // the sequential model in model.go: never over a key's max or a parent's

@@ -1,7 +1,9 @@
 package safety
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -57,10 +59,13 @@ type Result struct {
 }
 
 // lease is a lease the model holds: the store's expiry of it lies within
-// [lo, hi] on the run's clock.
+// [lo, hi] on the run's clock. A lease granted by a call of unknown
+// outcome has no hi until the next operation after it (Never): then open
+// is its term + the late allowance, and hi becomes that operation's
+// return + open (bound).
 type lease struct {
 	key, owner, weight int
-	lo, hi             time.Duration
+	lo, hi, open       time.Duration
 }
 
 // ticket is a place in a key's line: its owner's last call that took or
@@ -70,7 +75,8 @@ type lease struct {
 // next call with a ticket keeps its place, as the stores do.
 type ticket struct {
 	key, owner, weight int
-	lo, hi             time.Duration
+	max                int // its key's max, for the fills of a parent's keys
+	lo, hi, open       time.Duration
 }
 
 // state is the model's state of one group: its leases, sorted by key and
@@ -98,19 +104,91 @@ type Bounds struct {
 
 // Model returns the sequential model of the leased semaphore, as a
 // porcupine model whose states branch where a lease may or may not have
-// expired by an operation's linearization point.
+// expired by an operation's linearization point: each of porcupine's
+// states is the set of the model's states the history may have reached.
 func Model(b Bounds) porcupine.Model {
-	m := porcupine.NondeterministicModel{
+	return porcupine.Model{
 		Partition: partition,
-		Init:      func() []any { return []any{state{tokens: map[int]uint64{}}} },
-		Step: func(st, in, out any) []any {
-			return step(b, st.(state), in.(Op), out.(Result))
+		Init:      func() any { return newStates([]state{{tokens: map[int]uint64{}}}) },
+		Step: func(cur, in, out any) (bool, any) {
+			var next []state
+			for _, st := range cur.(states).all {
+				next = append(next, step(b, st, in.(Op), out.(Result))...)
+			}
+			if len(next) == 0 {
+				return false, nil
+			}
+			return true, newStates(next)
 		},
-		Equal:             equal,
+		Equal:             func(x, y any) bool { return slices.Equal(x.(states).keys, y.(states).keys) },
+		Hash:              func(x any) uint64 { return x.(states).hash },
 		DescribeOperation: describe,
-		DescribeState:     func(st any) string { return st.(state).String() },
+		DescribeState: func(x any) string {
+			var all []string
+			for _, st := range x.(states).all {
+				all = append(all, st.String())
+			}
+			return "{" + strings.Join(all, ", ") + "}"
+		},
 	}
-	return m.ToModel()
+}
+
+// states is a set of the model's states, each with its key, in the order
+// of the keys: porcupine.NondeterministicModel's power-set construction,
+// whose merging and comparing of sets take time quadratic in their size
+// (a parent's lines make sets of hundreds), made linear by the keys.
+type states struct {
+	all  []state
+	keys []string
+	hash uint64
+}
+
+// newStates returns the set of next's states, each once.
+func newStates(next []state) states {
+	byKey := make(map[string]state, len(next))
+	for _, st := range next {
+		byKey[st.key()] = st
+	}
+	s := states{keys: make([]string, 0, len(byKey))}
+	for k := range byKey {
+		s.keys = append(s.keys, k)
+	}
+	slices.Sort(s.keys)
+	h := fnv.New64a()
+	for _, k := range s.keys {
+		s.all = append(s.all, byKey[k])
+		h.Write([]byte(k))
+		h.Write([]byte{0xff}) // not in any key: keys end where it is
+	}
+	s.hash = h.Sum64()
+	return s
+}
+
+// key returns st in bytes: states are equal if and only if their keys are.
+func (st state) key() string {
+	b := make([]byte, 0, 16*(len(st.leases)+len(st.line)+len(st.tokens)))
+	put := func(xs ...int64) {
+		for _, x := range xs {
+			b = binary.AppendVarint(b, x)
+		}
+	}
+	put(int64(len(st.leases)), int64(len(st.line)), int64(len(st.tokens)))
+	for _, l := range st.leases {
+		put(int64(l.key), int64(l.owner), int64(l.weight), int64(l.lo), int64(l.hi), int64(l.open))
+	}
+	for _, t := range st.line {
+		put(int64(t.key), int64(t.owner), int64(t.weight), int64(t.max), int64(t.lo), int64(t.hi), int64(t.open))
+	}
+	keys := make([]int, 0, len(st.tokens))
+	for k := range st.tokens {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = binary.AppendVarint(b, int64(k))
+		b = binary.AppendUvarint(b, st.tokens[k])
+	}
+	return string(b)
 }
 
 // partition splits a history by group: groups share nothing but crashes,
@@ -140,7 +218,10 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 
 // step returns the states that op, answered with res, can lead to from st;
 // none when res is impossible.
-func step(b Bounds, st state, op Op, res Result) []any {
+func step(b Bounds, st state, op Op, res Result) []state {
+	if op.Return != Never {
+		st = st.bound(op.Return)
+	}
 	// Leases certainly expired before the call began are gone; those that
 	// may have expired by its linearization point (at most its return)
 	// branch.
@@ -163,20 +244,20 @@ func step(b Bounds, st state, op Op, res Result) []any {
 		// of unknown outcome.
 		maybe = maybe[:12]
 	}
-	// A store that sweeps may also drop from anywhere in the key's line,
-	// before the operation, the tickets that may have expired by its
+	// A store that sweeps may also drop from anywhere in the key's line
+	// (any line of a parent's keys), before the operation, the tickets that may have expired by its
 	// linearization point and those whose owner holds a lease of the key
 	// (pgstore's fill): each branches, kept or dropped, within one budget
 	// with the leases' (12 in all: 4,096 branches). The rest are kept,
 	// which could only refuse a history.
 	var stale []int
 	for i, t := range st.line {
-		if b.Sweeps && op.Kind != Crash && t.key == op.Key && len(stale) < min(6, 12-len(maybe)) &&
+		if b.Sweeps && op.Kind != Crash && (t.key == op.Key || op.Parent > 0) && len(stale) < min(6, 12-len(maybe)) &&
 			(t.lo <= op.Return || st.find(t.key, t.owner) >= 0) {
 			stale = append(stale, i)
 		}
 	}
-	var out []any
+	var out []state
 	for mask := 0; mask < 1<<len(maybe); mask++ {
 		ls := make([]lease, 0, len(sure))
 		for i, l := range sure {
@@ -195,26 +276,8 @@ func step(b Bounds, st state, op Op, res Result) []any {
 					}
 				}
 			}
-			for _, next := range apply(b, state{ls, line, st.tokens}, op, res) {
-				out = append(out, next)
-			}
+			out = append(out, apply(b, state{ls, line, st.tokens}, op, res)...)
 		}
-	}
-	if len(out) > 1 {
-		// The branches meet again (a ticket dropped by the sweep or by the
-		// fill at the head, a lease expired in one branch and released in
-		// another): one of each state, as porcupine compares every pair.
-		seen := make(map[string]bool, len(out))
-		uniq := out[:0]
-		for _, x := range out {
-			st := x.(state)
-			// Exact: fmt prints durations to the nanosecond, maps sorted.
-			if k := fmt.Sprint(st.leases, st.line, st.tokens); !seen[k] {
-				seen[k] = true
-				uniq = append(uniq, x)
-			}
-		}
-		out = uniq
 	}
 	return out
 }
@@ -260,6 +323,12 @@ func (st state) acquire(b Bounds, op Op, res Result) []state {
 	held := i >= 0
 	fresh := expiring(b, op, b.TTL)
 	room := held || st.waiting(op.Key) == 0 && st.room(op.Key, op.Weight, op.Max, op.Parent)
+	// A fresh caller of a parent's key with room is granted unless
+	// another key waits that the fair share may serve first: whether it
+	// does depends on the service each key received, which the model does
+	// not follow (the Quint model and storetest check that order), so
+	// both outcomes are states then.
+	either := room && !held && op.Parent > 0 && st.rival(op)
 	granted := func() state {
 		s := st.grant(i, fresh, res.Token)
 		if t := s.ticket(op.Key, op.Owner); op.Line && t >= 0 {
@@ -271,14 +340,21 @@ func (st state) acquire(b Bounds, op Op, res Result) []state {
 	if !room && op.Line {
 		queued, ahead = st.queue(b, op)
 	}
+	if either && !res.Granted && op.Line {
+		queued, ahead = st.queue(b, op)
+	}
 	if res.Unknown {
 		if room {
-			return []state{st, granted()} // its token unknown: 0
+			out := []state{st, granted()} // its token unknown: 0
+			if either && op.Line {
+				out = append(out, queued)
+			}
+			return out
 		}
 		return []state{st, queued}
 	}
 	switch {
-	case res.Granted != room:
+	case res.Granted != room && !either:
 		return nil
 	case !res.Granted && res.Token != 0:
 		return nil
@@ -321,9 +397,43 @@ func (st state) renew(b Bounds, op Op, res Result) []state {
 func expiring(b Bounds, op Op, d time.Duration) lease {
 	l := lease{key: op.Key, owner: op.Owner, weight: op.Weight, lo: op.Call + d - b.Early, hi: op.Return + d + b.Late}
 	if op.Return == Never {
-		l.hi = Never
+		l.hi, l.open = Never, d+b.Late
 	}
 	return l
+}
+
+// bound gives a hi to the leases and tickets of calls of unknown outcome,
+// in the step of op, a call that returned at ret: every operation in st
+// took effect before op did, so before ret. Without it, each such lease
+// would make every later step branch (expired or not) to the end of the
+// history, and a failover's burst of unknown outcomes made sets of tens
+// of thousands of states.
+func (st state) bound(ret time.Duration) state {
+	var ls []lease
+	for i, l := range st.leases {
+		if l.open > 0 {
+			if ls == nil {
+				ls = slices.Clone(st.leases)
+			}
+			ls[i].hi, ls[i].open = ret+l.open, 0
+		}
+	}
+	var line []ticket
+	for i, t := range st.line {
+		if t.open > 0 {
+			if line == nil {
+				line = slices.Clone(st.line)
+			}
+			line[i].hi, line[i].open = ret+t.open, 0
+		}
+	}
+	if ls != nil {
+		st.leases = ls
+	}
+	if line != nil {
+		st.line = line
+	}
+	return st
 }
 
 // fill serves op's key's line in the step of op: the head tickets, in
@@ -333,6 +443,9 @@ func expiring(b Bounds, op Op, d time.Duration) lease {
 // is free, a store may also leave it (Redis looks at the line only when
 // there is room), so both are states.
 func (st state) fill(b Bounds, op Op) []state {
+	if op.Parent > 0 {
+		return st.fillParent(b, op)
+	}
 	t := st.ticket(op.Key, -1)
 	if t < 0 {
 		return []state{st}
@@ -368,10 +481,79 @@ func (st state) serve(b Bounds, op Op, t int) []state {
 	return st.withoutTicket(t).grant(-1, l, 0).fill(b, op)
 }
 
+// fillParent serves the lines of a parent's keys in the step of op (a
+// call on any of them): the store hands the parent's free slots to the
+// head ticket of the key its fair share puts first, among the keys whose
+// head fits in their key's max, and stops when that head does not fit in
+// the parent's total (nobody overtakes it). The model does not follow the
+// service each key received, so any such key may come first: a state for
+// each, which still checks both caps, the order within each line, that a
+// head is served only when it fits, and that no slot stays free while a
+// head that fits waits with nothing before it that does not. A head that
+// has expired, or whose owner holds a lease of its key, is dropped or
+// left (a store meets it only when it looks at that key's line).
+func (st state) fillParent(b Bounds, op Op) []state {
+	var out []state
+	stop := true // no key's head can be served: the fill ends here
+	for key := range st.keys() {
+		t := st.ticket(key, -1)
+		tk := st.line[t]
+		stale := tk.hi < op.Call || st.find(key, tk.owner) >= 0
+		if stale || tk.lo <= op.Return {
+			out = append(out, st.withoutTicket(t).fillParent(b, op)...)
+		}
+		if stale || !st.room(key, tk.weight, tk.max, 0) {
+			continue // not among the keys served
+		}
+		if !st.room(key, tk.weight, tk.max, op.Parent) {
+			out = append(out, st) // first, and waits for its slots
+			continue
+		}
+		stop = false
+		l := expiring(b, op, b.Claim)
+		l.key, l.owner, l.weight = key, tk.owner, tk.weight
+		out = append(out, st.withoutTicket(t).grant(-1, l, 0).fillParent(b, op)...)
+	}
+	if stop {
+		out = append(out, st)
+	}
+	return out
+}
+
+// rival reports whether another key of op's parent has a head ticket
+// that may be live and fits in its key's max: a key the fair share may
+// serve before op's.
+func (st state) rival(op Op) bool {
+	for key := range st.keys() {
+		tk := st.line[st.ticket(key, -1)]
+		if key != op.Key && tk.hi >= op.Call && st.find(key, tk.owner) < 0 && st.room(key, tk.weight, tk.max, 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// keys yields each key that has a line, once, in the order of its head.
+func (st state) keys() func(func(int) bool) {
+	return func(yield func(int) bool) {
+		var seen []int
+		for _, t := range st.line {
+			if slices.Contains(seen, t.key) {
+				continue
+			}
+			seen = append(seen, t.key)
+			if !yield(t.key) {
+				return
+			}
+		}
+	}
+}
+
 // queue gives op's owner a ticket in its key's line, keeping its place if
 // it has one, and returns the state and how many tickets wait before it.
 func (st state) queue(b Bounds, op Op) (state, int) {
-	tk := ticket(expiring(b, op, b.Ticket))
+	l := expiring(b, op, b.Ticket)
+	tk := ticket{key: l.key, owner: l.owner, weight: l.weight, max: op.Max, lo: l.lo, hi: l.hi, open: l.open}
 	line := slices.Clone(st.line)
 	ahead := 0
 	for i, x := range line {
@@ -461,19 +643,6 @@ func (st state) with(i int, l lease) state {
 
 func (st state) without(i int) state {
 	return state{slices.Delete(slices.Clone(st.leases), i, i+1), st.line, st.tokens}
-}
-
-func equal(a, b any) bool {
-	x, y := a.(state), b.(state)
-	if !slices.Equal(x.leases, y.leases) || !slices.Equal(x.line, y.line) || len(x.tokens) != len(y.tokens) {
-		return false
-	}
-	for k, v := range x.tokens {
-		if y.tokens[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (st state) String() string {

@@ -44,6 +44,18 @@ func leave(owner int) Op {
 	return op
 }
 
+// kid is an operation on key's pool in a parent of 3 whose keys have a max
+// of 2; kwait, its acquire with a ticket.
+func kid(kind Kind, key, owner, weight int) Op {
+	return Op{Kind: kind, Group: 2, Key: key, Owner: owner, Weight: weight, Max: 2, Parent: 3}
+}
+
+func kwait(key, owner, weight int) Op {
+	op := kid(Acquire, key, owner, weight)
+	op.Line = true
+	return op
+}
+
 // behind is a refusal with n tickets ahead.
 func behind(n int) Result { return Result{Ahead: n} }
 
@@ -170,6 +182,61 @@ func TestModel(t *testing.T) {
 			add(1, wait(2), 2, 3, behind(0)).
 			add(0, lock(Release, 1), 6, 7, ok).
 			add(2, lock(Acquire, 3), 40, 41, granted(11)), true},
+		// A parent of 3, keys of max 2: the parent's full, then a key's
+		// line waits.
+		{"a parent's freed slots go to a waiting key's head", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, kwait(1, 3, 1), 4, 5, behind(0)).
+			add(0, kid(Release, 0, 1, 2), 6, 7, ok).
+			add(2, kwait(1, 3, 1), 8, 9, granted(0)), true},
+		{"a parent's head refused with its slots free", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, kwait(1, 3, 1), 4, 5, behind(0)).
+			add(0, kid(Release, 0, 1, 2), 6, 7, ok).
+			add(2, kwait(1, 3, 1), 8, 9, behind(0)), false},
+		{"a key's head served over the parent's total", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, kwait(2, 3, 1), 4, 5, behind(0)).
+			add(2, kwait(2, 3, 1), 8, 9, granted(0)), false},
+		{"the second in a key's line served before its head", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, kwait(2, 3, 1), 4, 5, behind(0)).
+			add(3, kwait(2, 4, 1), 6, 7, behind(1)).
+			add(1, kid(Release, 1, 2, 1), 8, 9, ok).
+			add(3, kwait(2, 4, 1), 10, 11, granted(0)), false},
+		{"a key's newcomer refused with room while another key's head waits for more", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, kwait(2, 3, 2), 4, 5, behind(0)).
+			add(1, kid(Release, 1, 2, 1), 6, 7, ok).
+			add(1, kid(Acquire, 1, 4, 1), 8, 9, refused), true},
+		{"a key's newcomer granted with room while another key's head waits for more", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, kwait(2, 3, 2), 4, 5, behind(0)).
+			add(1, kid(Release, 1, 2, 1), 6, 7, ok).
+			add(1, kid(Acquire, 1, 4, 1), 8, 9, granted(0)), true},
+		{"a key's newcomer refused with room and nobody waiting", h{}.
+			add(0, kid(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kid(Acquire, 1, 2, 1), 2, 3, refused), false},
+		{"a key's newcomer refused with room while its own head waits for more", h{}.
+			add(0, kid(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kid(Acquire, 0, 5, 1), 2, 3, granted(0)).
+			add(1, kid(Acquire, 2, 2, 1), 4, 5, granted(0)).
+			add(2, kwait(1, 3, 2), 6, 7, behind(0)).
+			add(0, kid(Release, 0, 1, 1), 8, 9, ok).
+			add(3, kid(Acquire, 1, 4, 1), 10, 11, refused), true},
+		{"a key's newcomer granted over its own line", h{}.
+			add(0, kid(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kid(Acquire, 0, 5, 1), 2, 3, granted(0)).
+			add(1, kid(Acquire, 2, 2, 1), 4, 5, granted(0)).
+			add(2, kwait(1, 3, 2), 6, 7, behind(0)).
+			add(0, kid(Release, 0, 1, 1), 8, 9, ok).
+			add(3, kid(Acquire, 1, 4, 1), 10, 11, granted(0)), false},
 		{"a handed slot taken within its claim", h{}.
 			add(0, lock(Acquire, 1), 0, 1, granted(10)).
 			add(1, wait(2), 2, 3, behind(0)).

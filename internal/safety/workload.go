@@ -22,9 +22,9 @@ type Config struct {
 	Timeout  time.Duration // of every call: past it, the outcome is unknown; default 1 s
 	// Bounds hold the run's timings — Bounds.TTL of every lease (default
 	// 300 ms); Bounds.Ticket and Bounds.Claim of the acquires that wait in
-	// a line, on the pools without a parent (default 150 ms, claimed within
-	// 60 ms) — and the model's allowances: the one place the workload and
-	// the checker read them (Check(cfg.Seed, h, cfg.Bounds, …)).
+	// a line (default 150 ms, claimed within 60 ms) — and the model's
+	// allowances: the one place the workload and the checker read them
+	// (Check(cfg.Seed, h, cfg.Bounds, …)).
 	Bounds Bounds
 	// NotSent, if set, reports whether a call's error proves that the
 	// call never reached the server (it could not connect): such a call
@@ -179,6 +179,12 @@ func (c *client) run(ctx context.Context) {
 	var ids [owners]store.Owner
 	var holds [owners]*held
 	var waits [owners]*Op // the acquire an owner waits with in a line
+	// The weight an owner walked away from a ticket with, by group and
+	// key: a slot handed to that ticket stays the owner's to claim, and a
+	// holder acquiring again keeps its lease's weight, which its release
+	// must name (store.Store.Release); so the owner asks that key for that
+	// weight from then on.
+	var walked [owners]map[[2]int]int
 	for i := range ids {
 		ids[i] = store.NewOwner()
 	}
@@ -207,6 +213,10 @@ func (c *client) run(ctx context.Context) {
 				c.release(ctx, ids[o], *waits[o], true) // gives up waiting
 				waits[o] = nil
 			case r < 0.85:
+				if walked[o] == nil {
+					walked[o] = map[[2]int]int{}
+				}
+				walked[o][[2]int{waits[o].Group, waits[o].Key}] = waits[o].Weight
 				waits[o] = nil // walks away: its ticket expires
 			default:
 				// The waiter pauses past its ticket, then comes back.
@@ -220,9 +230,12 @@ func (c *client) run(ctx context.Context) {
 			if c.gs[g].max[k] > 1 && c.rng.IntN(3) == 0 {
 				w = 2
 			}
+			if x, ok := walked[o][[2]int{g, k}]; ok {
+				w = x
+			}
 			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: w, Max: c.gs[g].max[k], Parent: c.gs[g].total, Fence: c.rng.IntN(2) == 0}
-			// Lines on the pools without a parent, for callers of one slot.
-			op.Line = op.Parent == 0 && w == 1 && c.rng.IntN(2) == 0
+			// Half the acquires wait in their key's line.
+			op.Line = c.rng.IntN(2) == 0
 			res := c.acquire(ctx, ids[o], op)
 			switch {
 			case res.Unknown:
