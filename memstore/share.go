@@ -400,9 +400,10 @@ func (s *Store) releaseShared(d demand, dequeue bool) bool {
 	var granted []store.Owner
 	if pa := sh.parents[d.Shared.Parent.Pool]; pa != nil {
 		now := s.clock()
-		if len(pa.queue) > 0 {
-			pa.expire(now)
-		}
+		// The lapsed leases first, whether or not a key waits in the
+		// queue: a key whose head its own max held back joins it when its
+		// lease lapses (cheap unless a lease may have: pa.next).
+		pa.expire(now)
 		if k := pa.kids[d.Pool]; k != nil {
 			if dequeue {
 				k.dequeue(d.Owner)

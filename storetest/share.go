@@ -29,6 +29,7 @@ func testShares(t *testing.T, ns Namespace) {
 			{"ManyKeysOneDecisionEach", testManyKeys},
 			{"ExpiryInAnyKeyHandsOn", testKidExpiry},
 			{"LapsedLeasesFreeTheirKey", testKidLapsed},
+			{"ReleaseHandsOnALapsedLease", testKidLapsedAtRelease},
 			{"NotifiesOnTheParent", testParentNotifies},
 			{"KidLeaseRenewal", testKidRenew},
 			{"FreedSlotIsKeptForAFairerKey", testKeep},
@@ -573,4 +574,34 @@ func testKidLapsed(t *testing.T, open func() keycap.Store) {
 	take(t, s, waiter, &longTicket, true)
 	give(t, s, waiter, false)
 	take(t, s, f.demand("a", store.NewOwner(), 1, 1), nil, true)
+}
+
+// testKidLapsedAtRelease: a release of one key finds the lapsed lease of
+// another, whose waiter its own max held back, and hands the slot to that
+// waiter at once — not at the next acquire, by when the waiter's ticket
+// may have expired. (internal/safety's checker found memstore serving the
+// line at a release only when a key's head was already in the queue:
+// here the slot stayed free, the ticket expired, and a fresh caller took
+// the slots.)
+func testKidLapsedAtRelease(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("lapsed-release", 2)
+	gone := f.demand("a", store.NewOwner(), 1, 1)
+	gone.TTL = 200 * time.Millisecond
+	take(t, s, gone, nil, true)
+	other := f.demand("b", store.NewOwner(), 1, 1)
+	take(t, s, other, nil, true)
+	waiter := f.demand("a", store.NewOwner(), 1, 1)
+	ticket := store.Ticket{TTL: time.Second, Claim: time.Minute}
+	queued := time.Now()
+	take(t, s, waiter, &ticket, false) // a's own max, and the parent's
+	time.Sleep(400 * time.Millisecond) // gone's lease lapses
+	give(t, s, other, false)           // finds it: the waiter is handed a's slot
+	time.Sleep(time.Until(queued.Add(ticket.TTL + 200*time.Millisecond)))
+	// The ticket has expired; the handed slot is still the waiter's, so
+	// a fresh caller of two slots finds one.
+	take(t, s, f.demand("c", store.NewOwner(), 2, 2), nil, false)
+	if !acquireDemand(t, s, waiter, nil).Granted {
+		t.Fatal("the slot handed to the waiter is not its")
+	}
 }
