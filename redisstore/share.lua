@@ -380,12 +380,13 @@ place = function(c, now)
   end
 end
 
+-- top returns the key at the head of queue q, and its member.
 local function top(q)
   local r = redis.call('ZRANGE', q, 0, 0)
   if #r == 0 then
     return nil
   end
-  return string.sub(r[1], -32)
+  return string.sub(r[1], -32), r[1]
 end
 
 -- best returns the waiting key the next free slot goes to, the head of
@@ -393,7 +394,12 @@ end
 -- drops the expired tickets it meets.
 local function best(now)
   while true do
-    local c = top(minq) or top(fairq)
+    local q = minq
+    local c, m = top(minq)
+    if not c then
+      q = fairq
+      c, m = top(fairq)
+    end
     if not c then
       return nil
     end
@@ -407,6 +413,10 @@ local function best(now)
       end
     end
     place(c, now)
+    -- place took c's member out by the key's account ("q" .. c); a member
+    -- the account does not name would stay at the head, and this loop
+    -- would never end, so it goes by name.
+    redis.call('ZREM', q, m)
   end
 end
 
