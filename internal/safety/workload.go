@@ -179,12 +179,23 @@ func (c *client) run(ctx context.Context) {
 	var ids [owners]store.Owner
 	var holds [owners]*held
 	var waits [owners]*Op // the acquire an owner waits with in a line
-	// The weight an owner walked away from a ticket with, by group and
-	// key: a slot handed to that ticket stays the owner's to claim, and a
-	// holder acquiring again keeps its lease's weight, which its release
-	// must name (store.Store.Release); so the owner asks that key for that
-	// weight from then on.
-	var walked [owners]map[[2]int]int
+	// The weight an owner asks of a key, drawn once a run: an owner may
+	// hold a lease it does not know of (a slot handed to a ticket it
+	// walked away from, a lease a release of unknown outcome left), which
+	// its next acquire extends with the lease's weight — the weight its
+	// release must name (store.Store.Release).
+	weights := map[[3]int]int{}
+	weight := func(o, g, k int) int {
+		w, ok := weights[[3]int{o, g, k}]
+		if !ok {
+			w = 1
+			if c.gs[g].max[k] > 1 && c.rng.IntN(3) == 0 {
+				w = 2
+			}
+			weights[[3]int{o, g, k}] = w
+		}
+		return w
+	}
 	for i := range ids {
 		ids[i] = store.NewOwner()
 	}
@@ -213,10 +224,6 @@ func (c *client) run(ctx context.Context) {
 				c.release(ctx, ids[o], *waits[o], true) // gives up waiting
 				waits[o] = nil
 			case r < 0.85:
-				if walked[o] == nil {
-					walked[o] = map[[2]int]int{}
-				}
-				walked[o][[2]int{waits[o].Group, waits[o].Key}] = waits[o].Weight
 				waits[o] = nil // walks away: its ticket expires
 			default:
 				// The waiter pauses past its ticket, then comes back.
@@ -226,14 +233,7 @@ func (c *client) run(ctx context.Context) {
 		case h == nil:
 			g := c.rng.IntN(len(c.gs))
 			k := c.rng.IntN(len(c.gs[g].keys))
-			w := 1
-			if c.gs[g].max[k] > 1 && c.rng.IntN(3) == 0 {
-				w = 2
-			}
-			if x, ok := walked[o][[2]int{g, k}]; ok {
-				w = x
-			}
-			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: w, Max: c.gs[g].max[k], Parent: c.gs[g].total, Fence: c.rng.IntN(2) == 0}
+			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: weight(o, g, k), Max: c.gs[g].max[k], Parent: c.gs[g].total, Fence: c.rng.IntN(2) == 0}
 			// Half the acquires wait in their key's line.
 			op.Line = c.rng.IntN(2) == 0
 			res := c.acquire(ctx, ids[o], op)
