@@ -245,11 +245,11 @@ func step(b Bounds, st state, op Op, res Result) []state {
 		maybe = maybe[:12]
 	}
 	// A store that sweeps may also drop from anywhere in the key's line
-	// (any line of a parent's keys), before the operation, the tickets that may have expired by its
-	// linearization point and those whose owner holds a lease of the key
-	// (pgstore's fill): each branches, kept or dropped, within one budget
-	// with the leases' (12 in all: 4,096 branches). The rest are kept,
-	// which could only refuse a history.
+	// (any line of a parent's keys), before the operation, the tickets
+	// that may have expired by its linearization point and those whose
+	// owner holds a lease of the key (pgstore's fill): each branches, kept
+	// or dropped, within one budget with the leases' (12 in all: 4,096
+	// branches). The rest are kept, which could only refuse a history.
 	var stale []int
 	for i, t := range st.line {
 		if b.Sweeps && op.Kind != Crash && (t.key == op.Key || op.Parent > 0) && len(stale) < min(6, 12-len(maybe)) &&
