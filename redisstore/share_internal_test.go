@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/store"
@@ -54,5 +57,39 @@ func TestParentsDoNotShareVirtualTime(t *testing.T) {
 		if ahead := ms >= float64(time.Hour/time.Millisecond); ahead != want {
 			t.Fatalf("parent %s's virtual time %s ms: an hour ahead %v, want %v", parent, v, ahead, want)
 		}
+	}
+}
+
+// TestBestPassesAMemberWithoutAccount: the fair-share queue holds a key's
+// member that the key's account does not name. best() took the key at the
+// head out through the account alone, so it met the same member again and
+// again, and the call never ended: Redis answered BUSY to every client,
+// and UNKILLABLE to FUNCTION KILL, until SHUTDOWN NOSAVE (a soak of
+// internal/safety hung so, cause not reproduced). On a Redis of its own:
+// should this regress, the call times out and that Redis is killed.
+func TestBestPassesAMemberWithoutAccount(t *testing.T) {
+	p := testenv.StartRedis(t)
+	c := redis.NewClient(p.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	parent := store.PoolOf(store.Internal, "stray-parent", "")
+	keys, _, _ := s.shareNames(parent)
+	stray := store.PoolOf(store.Internal, "stray-key", "without account")
+	member := fmt.Sprintf("%016x%016x", 0, 1) + stray.String()
+	if err := c.ZAdd(ctx, keys[3], redis.Z{Score: 0, Member: member}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := store.Demand{Max: 1, TTL: time.Minute, Shared: &store.Shared{Weight: 1, Parent: store.Parent{Pool: parent, Max: 2, Share: 1}}}
+	g, err := s.Acquire(ctx, store.PoolOf(store.Internal, "stray-key", "caller"), store.NewOwner(), d)
+	if err != nil || !g.Granted {
+		t.Fatalf("a fresh caller with room, beside the stray member: %+v, %v", g, err)
+	}
+	if n, err := c.ZCard(ctx, keys[3]).Result(); err != nil || n != 0 {
+		t.Fatalf("the stray member is still queued (%d members, %v)", n, err)
 	}
 }
