@@ -33,13 +33,14 @@ import (
 const linePrologue = "slots, line, meta = KEYS[1], KEYS[2], KEYS[3]\n"
 
 // sharePrologue sets share.lua's keys and common arguments, first thing in
-// its script or function, and forgets the parent's virtual time read by the
-// last call (V0): a function library's locals outlive its calls, and a
-// call would otherwise start from another call's — another parent's —
-// virtual time.
+// its script or function, and forgets what the last call read and kept
+// (begin: the parent's virtual time, the fields read, the expiries asked
+// for): a function library's locals outlive its calls, and a call would
+// otherwise start from another call's — another parent's — state.
 const sharePrologue = "leases, meta, waiting, fairq, minq, acct, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]\n" +
 	"op, lines, channel, kid, owner, w = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])\n" +
-	"V0 = nil\n"
+	"A = ARGV\n" +
+	"begin()\n"
 
 // shareDefs and shareCall are share.lua's definitions and its call;
 // shareSource is share.lua as a script.

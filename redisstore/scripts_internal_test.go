@@ -154,7 +154,7 @@ func TestSyncFindsEveryGhost(t *testing.T) {
 // TestShareForgetsIdleKeys: share.lua keeps the account of a key that
 // holds nothing and waits for nothing while it is ahead of the parent's
 // time, and drops it once it has been idle for forget (10 s), two per
-// call: one-off keys leave nothing behind.
+// take: one-off keys leave nothing behind.
 func TestShareForgetsIdleKeys(t *testing.T) {
 	c := testenv.Redis(t)
 	ctx := context.Background()

@@ -57,10 +57,27 @@
 --
 -- What follows is defined once in the function library (Redis 7), and run
 -- at every call as a script (EVALSHA); each call first sets the keys and
--- the common arguments (sharePrologue in functions.go), then runs the part
--- after the line "-- The call.".
+-- the common arguments and starts afresh (begin, from sharePrologue in
+-- functions.go), then runs the part after the line "-- The call.".
+--
+-- A call reads each field it needs once: what it read or wrote is kept
+-- for the rest of the call (held, config, vt), and the expiries it asks
+-- for are set once per key, as it ends (keep, flush). Both are the call's
+-- own: a function library's locals outlive its calls, so begin forgets
+-- them.
 local leases, meta, waiting, fairq, minq, acct, idle
 local op, lines, channel, kid, owner, w
+local A          -- the call's ARGV
+local V0         -- the parent's virtual time (vnow)
+local H, C, VT   -- by key: the slots it holds, its config, its virtual time
+local LX         -- by key: whether it has a line
+local WX         -- whether any key has one (waiting)
+local HM, HQ     -- by key: its member best found at a queue's head, and the queue
+local pend, made -- by Redis key: the ms it must live from now at least
+                 -- (keep), and whether this call made it
+local function begin()
+  V0, H, C, VT, LX, WX, HM, HQ, pend, made = nil, {}, {}, {}, {}, nil, {}, {}, {}, {}
+end
 local forget = 10000 -- ms: how long an idle key's account is kept
 local kept = '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' -- the zero owner (a function library may not call string.* as it loads)
 
@@ -69,17 +86,49 @@ local function clock()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- keep makes key live at least ms from now: on Redis 7 and later one
--- PEXPIRE … GT where it extends the expiry (as line.lua's keep).
+-- keep makes key live at least ms from now, once the call ends (flush);
+-- fresh says this call made the key (from nothing), so that it has no
+-- expiry yet, or none worth keeping.
+local function keep(key, ms, fresh)
+  if ms > (pend[key] or 0) then
+    pend[key] = ms
+  end
+  if fresh then
+    made[key] = true
+  end
+end
+
+-- flush sets the expiries keep asked for, once per key: on Redis 7 and
+-- later one PEXPIRE … GT where it extends the expiry (as line.lua's keep).
+-- The script's clock stands still while it runs, so "from now" is the
+-- same at the end as when asked.
 local gt = redis.REDIS_VERSION_NUM ~= nil
-local function keep(key, ms)
-  if gt then
-    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+local function flush()
+  for key, ms in pairs(pend) do
+    if made[key] then
+      redis.call('PEXPIRE', key, ms)
+    elseif gt then
+      if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+        redis.call('PEXPIRE', key, ms)
+      end
+    elseif redis.call('PTTL', key) < ms then
       redis.call('PEXPIRE', key, ms)
     end
-  elseif redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
   end
+end
+
+-- lifetime returns how long key lives from now on, counting the expiry
+-- keep asked for (-1: for ever, -2: gone).
+local function lifetime(key)
+  local p = pend[key]
+  if p and made[key] then
+    return p
+  end
+  local t = redis.call('PTTL', key)
+  if p and (t == -1 or p > t) then
+    return p -- t == -1: made in this call, its expiry not yet set
+  end
+  return t
 end
 
 -- keepLeases keeps the leases and the meta that counts them alive together:
@@ -114,7 +163,6 @@ local function num(x)
 end
 
 -- vnow returns the parent's virtual time, read once per call.
-local V0
 local function vnow()
   if not V0 then
     V0 = tonumber(redis.call('HGET', acct, 'V') or 0)
@@ -124,22 +172,66 @@ end
 
 -- vt returns key c's virtual time: the parent's for a key with no account.
 local function vt(c)
-  local v = redis.call('HGET', acct, 'v' .. c)
+  local v = VT[c]
+  if v == nil then
+    local r
+    if V0 then
+      r = redis.call('HGET', acct, 'v' .. c)
+    else -- and the parent's, which the caller will want
+      r = redis.call('HMGET', acct, 'v' .. c, 'V')
+      V0 = tonumber(r[2] or 0)
+      r = r[1]
+    end
+    v = r and tonumber(r) or false
+    VT[c] = v
+  end
   if v then
-    return tonumber(v)
+    return v
   end
   return vnow()
 end
 
-
-local function held(c)
-  return tonumber(redis.call('HGET', meta, 'h' .. c) or 0)
+-- setVt sets key c's virtual time to v, or drops it (nil): the key then
+-- follows the parent's.
+local function setVt(c, v)
+  if v then
+    redis.call('HSET', acct, 'v' .. c, num(v))
+  else
+    redis.call('HDEL', acct, 'v' .. c)
+  end
+  VT[c] = v or false
 end
 
-local function count(c, n)
-  if redis.call('HINCRBY', meta, 'h' .. c, n) <= 0 then
-    redis.call('HDEL', meta, 'h' .. c)
+
+-- held returns the slots key c holds (its leases' members, kept ones
+-- too).
+local function held(c)
+  local h = H[c]
+  if not h then
+    h = tonumber(redis.call('HGET', meta, 'h' .. c) or 0)
+    H[c] = h
   end
+  return h
+end
+
+-- count adds n to the slots key c holds.
+local function count(c, n)
+  local h = redis.call('HINCRBY', meta, 'h' .. c, n)
+  if h <= 0 then
+    redis.call('HDEL', meta, 'h' .. c)
+    h = 0
+  end
+  H[c] = h
+end
+
+-- hasLine reports whether key c has a line (its tickets' sorted set).
+local function hasLine(c)
+  local x = LX[c]
+  if x == nil then
+    x = redis.call('EXISTS', lines .. c) == 1
+    LX[c] = x
+  end
+  return x
 end
 
 local function member(c, o, i)
@@ -166,6 +258,7 @@ local function reconcile(total, now)
       stale = true
     end
   end
+  H = {}
   if stale then
     for _, c in ipairs(redis.call('SMEMBERS', waiting)) do
       place(c, now)
@@ -192,7 +285,7 @@ local function expire(now)
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
   for c, n in pairs(per) do
     count(c, -n)
-    if redis.call('EXISTS', lines .. c) == 1 then
+    if hasLine(c) then
       place(c, now)
     elseif held(c) == 0 and redis.call('HEXISTS', acct, 'v' .. c) == 1 then
       redis.call('ZADD', idle, now, c) -- idle now: its account is forgotten in time
@@ -258,8 +351,14 @@ local function takeKept(c, n)
   return true
 end
 
+-- config returns key c's max, share and minimum, as its last ticket
+-- wrote them.
 local function config(c)
-  local v = redis.call('HGET', lines .. c .. ':t', 'c')
+  local v = C[c]
+  if v == nil then
+    v = redis.call('HGET', lines .. c .. ':t', 'c')
+    C[c] = v
+  end
   if not v then
     return 0, 1, 0
   end
@@ -295,14 +394,27 @@ local function before(ab, ax, av, bb, bx, bv)
   return av < bv, av == bv
 end
 
+-- anyLine reports whether any key of the parent has a line.
+local function anyLine()
+  if WX == nil then
+    WX = redis.call('EXISTS', waiting) == 1
+  end
+  return WX
+end
+
 -- unqueue takes key c out of the queue.
 local function unqueue(c)
   local m = redis.call('HGET', acct, 'q' .. c)
   if m then
-    redis.call('ZREM', fairq, m)
-    redis.call('ZREM', minq, m)
+    if m == HM[c] then
+      redis.call('ZREM', HQ[c], m) -- where best found it
+    else
+      redis.call('ZREM', fairq, m)
+      redis.call('ZREM', minq, m)
+    end
     redis.call('HDEL', acct, 'q' .. c)
   end
+  HM[c] = nil
 end
 
 -- unline takes o's ticket out of c's line. The caller places c again
@@ -311,9 +423,12 @@ local function unline(c, o)
   local line = lines .. c
   if redis.call('ZREM', line, o) == 1 then
     redis.call('HDEL', line .. ':t', o)
-    if redis.call('EXISTS', line) == 0 then
+    LX[c] = redis.call('EXISTS', line) == 1
+    if not LX[c] then
       redis.call('SREM', waiting, c)
+      WX = nil
       redis.call('DEL', line .. ':t')
+      C[c] = false
       unqueue(c)
     end
   end
@@ -327,11 +442,21 @@ local function head(c, now)
     local h = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
     if #h == 0 then
       redis.call('SREM', waiting, c)
+      WX = nil
       redis.call('DEL', line .. ':t')
+      C[c] = false
+      LX[c] = false
       return nil
     end
+    LX[c] = true
     local o, seq = h[1], tonumber(h[2])
-    local m = redis.call('HGET', line .. ':t', o)
+    local m
+    if C[c] == nil then -- the key's config with its head's ticket
+      local r = redis.call('HMGET', line .. ':t', o, 'c')
+      m, C[c] = r[1], r[2]
+    else
+      m = redis.call('HGET', line .. ':t', o)
+    end
     if m then
       local exp, claim, n = string.match(m, '^(%d+):(%d+):(%d+)$')
       if tonumber(exp) > now and not redis.call('ZSCORE', leases, c .. o) then
@@ -371,12 +496,15 @@ place = function(c, now)
   end
   -- A new member, or a new field, may have made its key anew: it lives
   -- as long as the line that put it there, at least.
+  local lineTTL
+  HM[c] = nil -- it moves
   if redis.call('ZADD', q, num(x), m) == 1 then
-    keep(q, redis.call('PTTL', lines .. c))
+    lineTTL = lifetime(lines .. c)
+    keep(q, lineTTL)
   end
   redis.call('ZREM', other, m)
   if redis.call('HSET', acct, 'q' .. c, m) == 1 then
-    keep(acct, redis.call('PTTL', lines .. c))
+    keep(acct, lineTTL or lifetime(lines .. c))
   end
 end
 
@@ -409,6 +537,7 @@ local function best(now)
       local h = held(c)
       if h + n <= max then
         local below, x = rank(h, share, min)
+        HM[c], HQ[c] = m, q
         return {c = c, o = o, claim = claim, n = n, seq = seq, share = share, below = below, x = x, v = vt(c)}
       end
     end
@@ -423,21 +552,26 @@ end
 -- grantFair adds o's lease of weight n in key c until exp, starting now;
 -- v is c's virtual time. A key served is at the parent's time at least (it
 -- keeps no credit from the time it held more than others), and the
--- parent's time moves to the key's.
-local function grantFair(c, o, n, exp, now, v)
+-- parent's time moves to the key's. A key served from its line is not
+-- idle (lined): its first ticket took it out.
+local function grantFair(c, o, n, exp, now, v, lined)
   grant(c, o, n, exp)
   V0 = math.max(v, vnow())
   redis.call('HSET', acct, 's' .. c .. o, now, 'V', num(V0), 'v' .. c, num(V0))
-  redis.call('ZREM', idle, c)
+  VT[c] = V0
+  if not lined then
+    redis.call('ZREM', idle, c)
+  end
 end
 
 -- forgetIdle drops the accounts of up to two keys idle for forget ms: a
 -- key that comes back after that starts from the parent's time, and keys
--- that never come back cost nothing.
+-- that never come back cost nothing. Each take runs it: a release makes
+-- one key idle at most.
 local function forgetIdle(now)
   local gone = redis.call('ZRANGEBYSCORE', idle, '-inf', now - forget, 'LIMIT', 0, 2)
   for _, c in ipairs(gone) do
-    redis.call('HDEL', acct, 'v' .. c)
+    setVt(c, nil)
     redis.call('ZREM', idle, c)
   end
 end
@@ -459,46 +593,42 @@ local function settle(c, o, n, now, share, d)
     d = math.max(now - tonumber(s), 0)
   end
   local v = math.min(vt(c), vnow()) + n * d / share
-  local isIdle = held(c) == 0 and redis.call('EXISTS', lines .. c) == 0
+  local isIdle = held(c) == 0 and not hasLine(c)
   if isIdle and v <= vnow() then
-    redis.call('HDEL', acct, 'v' .. c)
+    setVt(c, nil)
     return
   end
-  redis.call('HSET', acct, 'v' .. c, num(v))
+  setVt(c, v)
   if isIdle then
     redis.call('ZADD', idle, now, c)
     keep(idle, forget + 1000)
   end
 end
 
--- queued reports whether a key waits in the queue.
-local function queued()
-  return redis.call('EXISTS', minq) == 1 or redis.call('EXISTS', fairq) == 1
-end
-
 -- fill hands the parent's free slots to the waiting keys, best first, and
 -- publishes the owners served. The best key's head waits until its weight
--- fits: nobody overtakes it.
+-- fits: nobody overtakes it. It returns the parent's slots in use, where it
+-- counted them (reconciled).
 local function fill(pmax, now)
-  if not pmax or redis.call('EXISTS', waiting) == 0 then
-    return
+  if not pmax or not anyLine() then
+    return nil
   end
   local total = redis.call('ZCARD', leases)
   reconcile(total, now)
-  if total >= pmax or not queued() then
-    return -- no slot free, or nobody to serve: the common cases, decided at once
+  if total >= pmax then
+    return total -- no slot free: the common case, decided at once
   end
   local served = {}
-  while true do
+  while total < pmax do
     local b = best(now)
     if not b or total + b.n > pmax then
       break
     end
     local v = vt(b.c)
     unline(b.c, b.o)
-    grantFair(b.c, b.o, b.n, now + b.claim, now, v)
+    grantFair(b.c, b.o, b.n, now + b.claim, now, v, true)
     keepLeases(b.claim)
-    if redis.call('EXISTS', lines .. b.c) == 1 then
+    if hasLine(b.c) then
       place(b.c, now)
     end
     total = total + b.n
@@ -511,46 +641,48 @@ local function fill(pmax, now)
       redis.call('PUBLISH', channel, msg) -- Redis before 7: no sharded pub/sub
     end
   end
+  return total
 end
 
--- The call.
-if op == 'take' then
-  local max, ttl, pmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  local share, min, tttl, claim = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
-  local fenced = ARGV[14] == '1'
+-- take acquires for owner in key kid, or queues its ticket.
+local function take()
+  local max, ttl, pmax = tonumber(A[7]), tonumber(A[8]), tonumber(A[9])
+  local share, min, tttl, claim = tonumber(A[10]), tonumber(A[11]), tonumber(A[12]), tonumber(A[13])
+  local fenced = A[14] == '1'
   local now = clock()
   expire(now)
   forgetIdle(now)
-  fill(pmax, now)
+  local counted = fill(pmax, now)
   local line = lines .. kid
   if redis.call('ZSCORE', leases, kid .. owner) then
     extend(kid, owner, now + ttl)
     keepLeases(ttl)
     unline(kid, owner)
-    if redis.call('EXISTS', line) == 1 then
+    if hasLine(kid) then
       place(kid, now)
     end
     return granted(ttl, fenced)
   end
-  local lined = redis.call('EXISTS', line) == 1
+  local lined = hasLine(kid)
   if not lined and takeKept(kid, w) then
     grant(kid, owner, w, now + ttl)
     redis.call('HSET', acct, 's' .. kid .. owner, now) -- kept, not granted: the parent's time stays
     keepLeases(ttl)
     return granted(ttl, fenced)
   end
-  local total = redis.call('ZCARD', leases)
-  reconcile(total, now)
+  local total = counted
+  if not total then
+    total = redis.call('ZCARD', leases)
+    reconcile(total, now)
+  end
   local h = held(kid)
   if not lined and h + w <= max and total + w <= pmax then
     local v = math.max(vt(kid), vnow()) -- no credit banked while it did not wait
     local first = true
-    if queued() then
-      local b = best(now)
-      if b then
-        local kb, kx = rank(h, share, min)
-        first = before(kb, kx, v, b.below, b.x, b.v)
-      end
+    local b = best(now)
+    if b then
+      local kb, kx = rank(h, share, min)
+      first = before(kb, kx, v, b.below, b.x, b.v)
     end
     if first then
       grantFair(kid, owner, w, now + ttl, now, v)
@@ -561,35 +693,47 @@ if op == 'take' then
   if tttl == 0 then
     return {0, 0}
   end
-  local fresh = not redis.call('ZSCORE', line, owner)
-  if fresh then
+  if not lined or not redis.call('ZSCORE', line, owner) then -- a fresh ticket
     if not lined then
-      redis.call('HSET', acct, 'v' .. kid, num(math.max(vt(kid), vnow())))
+      setVt(kid, math.max(vt(kid), vnow()))
       redis.call('ZREM', idle, kid)
     end
     redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
+    LX[kid] = true
   end
-  redis.call('HSET', line .. ':t', owner, (now + tttl) .. ':' .. claim .. ':' .. w, 'c', max .. ':' .. share .. ':' .. min)
+  C[kid] = max .. ':' .. share .. ':' .. min
+  redis.call('HSET', line .. ':t', owner, (now + tttl) .. ':' .. claim .. ':' .. w, 'c', C[kid])
   redis.call('HSET', meta, 'max', pmax)
   redis.call('SADD', waiting, kid)
-  keep(line, tttl + claim)
-  keep(line .. ':t', tttl + claim)
+  WX = true
+  -- A line made now has no expiry yet, and its tickets' hash none worth
+  -- keeping: the tickets of a line gone are no one's.
+  keep(line, tttl + claim, not lined)
+  keep(line .. ':t', tttl + claim, not lined)
   keep(waiting, tttl + claim)
   keep(meta, tttl + claim)
   keep(acct, tttl + claim)
-  local rank0 = redis.call('ZRANK', line, owner)
-  if rank0 == 0 or not lined then
+  local rank0 = 0
+  if lined then
+    rank0 = redis.call('ZRANK', line, owner)
+  end
+  if rank0 == 0 then
     place(kid, now)
   end
+  -- The queue that holds the key's member lives as long as its line: a
+  -- key with no minimum is never below it.
   keep(fairq, tttl + claim)
-  keep(minq, tttl + claim)
+  if min > 0 then
+    keep(minq, tttl + claim)
+  end
   return {0, rank0}
 end
 
-if op == 'give' then
-  local keepMs, share, min, used = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+-- give releases owner's lease in key kid, or takes its ticket out.
+local function give()
+  local keepMs, share, min, used = tonumber(A[8]), tonumber(A[9]), tonumber(A[10]), tonumber(A[11])
   local now = clock()
-  local lined = redis.call('EXISTS', waiting) == 1
+  local lined = anyLine()
   if lined then
     expire(now) -- first: a lease that expired frees nothing to keep
   end
@@ -597,13 +741,13 @@ if op == 'give' then
   if freed > 0 then
     settle(kid, owner, freed, now, share, used)
   end
-  if ARGV[7] == '1' then
+  if A[7] == '1' then
     unline(kid, owner)
   end
   local isKept = 0
   if lined then
     -- Kept for the key when it would be served first if it asked again.
-    if freed > 0 and ARGV[7] ~= '1' and keepMs > 0 and redis.call('EXISTS', lines .. kid) == 0 and queued() then
+    if freed > 0 and A[7] ~= '1' and keepMs > 0 and not hasLine(kid) then
       local b = best(now)
       if b and b.c ~= kid then
         local kb, kx = rank(held(kid), share, min)
@@ -618,19 +762,19 @@ if op == 'give' then
         end
       end
     end
-    if redis.call('EXISTS', lines .. kid) == 1 then
+    if hasLine(kid) then
       place(kid, now)
-    else
-      unqueue(kid) -- its line expired meanwhile: its member goes
     end
-    forgetIdle(now)
+    -- (A member left by a line that expired goes when it reaches the
+    -- head: best passes it.)
     fill(tonumber(redis.call('HGET', meta, 'max')), now)
   end
   return {freed, isKept}
 end
 
-if op == 'renew' then
-  local ttl = tonumber(ARGV[7])
+-- renew extends owner's lease in key kid.
+local function renew()
+  local ttl = tonumber(A[7])
   local now = clock()
   local exp = redis.call('ZSCORE', leases, kid .. owner)
   if not exp then
@@ -639,7 +783,7 @@ if op == 'renew' then
   if tonumber(exp) <= now then
     if drop(kid, owner, w) > 0 then
       redis.call('HDEL', acct, 's' .. kid .. owner)
-      if redis.call('EXISTS', lines .. kid) == 1 then
+      if hasLine(kid) then
         place(kid, now)
       end
     end
@@ -650,4 +794,16 @@ if op == 'renew' then
   return 1
 end
 
-return redis.error_reply('share.lua: unknown operation ' .. tostring(op))
+-- The call.
+local r
+if op == 'take' then
+  r = take()
+elseif op == 'give' then
+  r = give()
+elseif op == 'renew' then
+  r = renew()
+else
+  return redis.error_reply('share.lua: unknown operation ' .. tostring(op))
+end
+flush()
+return r
