@@ -41,22 +41,14 @@ func StartCluster(t testing.TB) *Cluster {
 	// Each node's cluster bus gets a free port of its own too: the default,
 	// the node's port + 10000, can be taken or, for a port above 55535, not
 	// exist.
-	var ls []net.Listener
-	for range 12 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-	}
-	for i, l := range ls {
-		_, port, _ := net.SplitHostPort(l.Addr().String())
+	for i := range 12 {
+		addr := FreeAddr(t)
 		if i < 6 {
-			c.Addrs = append(c.Addrs, l.Addr().String())
+			c.Addrs = append(c.Addrs, addr)
 		} else {
+			_, port, _ := net.SplitHostPort(addr)
 			c.busPorts = append(c.busPorts, port)
 		}
-		_ = l.Close()
 	}
 	c.procs = make([]*exec.Cmd, len(c.Addrs))
 	t.Cleanup(c.stop)

@@ -27,12 +27,7 @@ func Nginx() string {
 func StartNginx(tb testing.TB, bin, upstream string) string {
 	tb.Helper()
 	dir := tb.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := FreeAddr(tb)
 	conf := fmt.Sprintf(`daemon off;
 master_process off;
 worker_processes 1;

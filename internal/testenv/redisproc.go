@@ -44,12 +44,7 @@ func startRedis(t testing.TB, persist bool) *RedisProcess {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Missing(t, "redis-server binary: %v", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := FreeAddr(t)
 	p := &RedisProcess{t: t, Addr: addr, dir: t.TempDir(), persist: persist}
 	p.Start()
 	t.Cleanup(p.Kill)

@@ -38,17 +38,8 @@ func StartSentinel(t testing.TB) *Sentinel {
 		Missing(t, "redis-server binary: %v", err)
 	}
 	s := &Sentinel{t: t, dir: t.TempDir(), Name: "keycap-own"}
-	var ls []net.Listener
 	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-	}
-	for _, l := range ls {
-		s.Addrs = append(s.Addrs, l.Addr().String())
-		_ = l.Close()
+		s.Addrs = append(s.Addrs, FreeAddr(t))
 	}
 	s.Addr, s.Addrs = s.Addrs[2], s.Addrs[:2]
 	s.procs = make([]*exec.Cmd, 2)
