@@ -1,10 +1,10 @@
 package pgenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -65,12 +65,7 @@ func StartProcess(t testing.TB) *Process {
 			t.Fatal(err)
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Port = l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	p.Port = testenv.FreePort(t)
 
 	initdb := p.command("initdb", "-D", p.data(), "-A", "trust", "-U", "postgres", "--no-sync")
 	if out, err := initdb.CombinedOutput(); err != nil {
@@ -161,25 +156,80 @@ func (p *Process) Restart() error {
 	}
 }
 
-// Kill stops the server and every backend at once (SIGKILL to its process
-// group), as a crash of the machine's database would, and waits for the
-// group to be gone (5 s at most): a backend the postmaster was forking as
-// the signal went out escapes it, and holds the shared memory the next
-// start needs. The next Start recovers from the WAL, which empties the
-// unlogged tables. Killing a stopped server does nothing.
+// Kill stops the server and every backend at once, as a crash of the
+// machine's database would, and waits for them to be gone (5 s at most).
+// PostgreSQL's children each start a session of their own (setsid), so a
+// signal to the postmaster's process group misses them, and a backend left
+// alive holds the shared memory the next start needs ("pre-existing shared
+// memory block is still in use"): the postmaster is stopped first, so that
+// it forks no more, then it and each of its children are killed. The next
+// Start recovers from the WAL, which empties the unlogged tables. Killing a
+// stopped server does nothing.
 func (p *Process) Kill() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	pid := p.cmd.Process.Pid
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	kids := children(pid)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
 	_ = p.cmd.Wait()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if err := syscall.Kill(-pgid, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+		alive := !errors.Is(syscall.Kill(-pid, syscall.SIGKILL), syscall.ESRCH)
+		for _, k := range kids {
+			alive = alive || running(k)
+		}
+		if !alive {
 			break
 		}
 	}
 	p.cmd = nil
+}
+
+// children returns the processes whose parent is pid (from /proc; none
+// where it cannot be read).
+func children(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		k, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := stat(k); ok && ppid == pid {
+			kids = append(kids, k)
+		}
+	}
+	return kids
+}
+
+// running reports whether process pid is alive: a zombie, which holds
+// nothing, is not.
+func running(pid int) bool {
+	_, state, ok := stat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// stat returns process pid's parent and state, from /proc/pid/stat.
+func stat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+4 > len(b) {
+		return 0, 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(string(f[1]))
+	return ppid, f[0][0], err == nil
 }
 
 // URL returns the server's connection string, for the postgres database.
