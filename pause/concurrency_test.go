@@ -53,11 +53,15 @@ func TestConcurrencyFindsTheVendorsLimit(t *testing.T) {
 	spec := keycap.Spec{Name: "vendor-calls", Max: 100, Parent: vendorTotal, Wait: 10 * time.Second}
 	var lims []*keycap.Limiter
 	var clients []*http.Client
+	var cut atomic.Bool // the total has been cut for an overload once
 	for _, node := range []string{"a", "b"} {
 		var obs keycap.Observer
 		if node == "a" {
 			obs = keycap.ObserverFunc(func(e keycap.Event) {
 				if e.Kind == keycap.TotalChanged {
+					if e.Tuning.Reason == "overload" {
+						cut.Store(true)
+					}
 					t.Logf("v%d %d->%d %s inflight %.1f done %d over %d", e.Tuning.Version%1000, e.Tuning.Previous, e.Tuning.Total, e.Tuning.Reason, e.Tuning.InFlight, e.Tuning.Completed, e.Tuning.Overloads)
 				}
 			})
@@ -99,14 +103,19 @@ func TestConcurrencyFindsTheVendorsLimit(t *testing.T) {
 		})
 	}
 	// 10 s of the aim is 200 intervals of 50 ms: settled well before.
+	// Settled means near the limit and past the first cut: until the total
+	// first probes past the vendor's limit it keeps growing, and on a
+	// loaded machine that first signal comes later, the ramp going further
+	// (to 28 in one CI run, whose "steady state" then began at 18 and
+	// counted the ramp's refusals: 2.59 % of the calls).
 	converge := time.Now()
 	for {
 		tu, _ := lims[0].Tuning(vendorTotal)
-		if tu.Total >= 18 {
+		if tu.Total >= 18 && cut.Load() {
 			break
 		}
 		if time.Since(converge) > 20*time.Second {
-			t.Fatalf("the total is %d after 20 s, want it near 20", tu.Total)
+			t.Fatalf("the total is %d after 20 s (cut for an overload: %v), want it near 20 and past its first cut", tu.Total, cut.Load())
 		}
 		time.Sleep(10 * time.Millisecond) // polling the total: nothing to wait on but time
 	}
