@@ -43,6 +43,9 @@ func Check(seed int64, history []porcupine.Operation, b Bounds, dir string, time
 	if b.TTL <= 0 || b.Ticket <= 0 || b.Claim <= 0 {
 		return fmt.Errorf("seed %d: bounds without the run's timings (TTL %s, ticket %s, claim %s): check with the Config.Bounds the run had", seed, b.TTL, b.Ticket, b.Claim)
 	}
+	if b.ServesLater {
+		history = withServes(history)
+	}
 	model := Model(b)
 	res, info := porcupine.CheckOperationsVerbose(model, history, timeout)
 	switch res {
@@ -96,4 +99,20 @@ func Check(seed int64, history []porcupine.Operation, b Bounds, dir string, time
 		break
 	}
 	return v
+}
+
+// withServes returns history with a Serve beside each release of a pool
+// without a parent that does not leave a line (Bounds.ServesLater): in
+// the release's interval, by the same client.
+func withServes(history []porcupine.Operation) []porcupine.Operation {
+	out := slices.Clip(history)
+	for _, op := range history {
+		in := op.Input.(Op)
+		if in.Kind != Release || in.Parent > 0 || in.Line {
+			continue
+		}
+		in.Kind = Serve
+		out = append(out, porcupine.Operation{ClientId: op.ClientId, Input: in, Call: op.Call, Output: Result{}, Return: op.Return})
+	}
+	return out
 }

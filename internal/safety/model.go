@@ -23,9 +23,18 @@ const (
 	// operation's interval: a Redis restarted without persistence. It
 	// belongs to every group. Fencing tokens keep growing across it.
 	Crash
+	// Serve is the second half of a release of a pool without a parent
+	// on a store that frees the slot at one point of the call and serves
+	// the line at a later one (Bounds.ServesLater): Check adds one beside
+	// each such release, with its interval. It drops the leases expired
+	// by then and hands the free slots to the line, or does nothing (the
+	// store saw no line when it freed the slot).
+	Serve
 )
 
-func (k Kind) String() string { return [...]string{"acquire", "release", "renew", "crash"}[k] }
+func (k Kind) String() string {
+	return [...]string{"acquire", "release", "renew", "crash", "serve"}[k]
+}
 
 // Never is the return time of a call whose outcome is unknown: it may take
 // effect at any time after its call.
@@ -44,6 +53,9 @@ type Op struct {
 	// Line: an acquire that takes a ticket in the key's line when refused
 	// (Bounds.Ticket, Bounds.Claim), or a release that leaves the line.
 	Line bool
+	// Keep: the parent keeps a slot its key frees for the key's next
+	// caller (keycap.WithKeep, for Bounds.Keep) while other keys wait.
+	Keep bool
 	// The call's interval on the run's clock; Return is Never for an
 	// unknown outcome.
 	Call, Return time.Duration
@@ -56,7 +68,13 @@ type Result struct {
 	Token   uint64 // Acquire with Fence, granted
 	Lost    bool   // Renew: the lease was gone
 	Ahead   int    // Acquire with Line, refused: tickets before the owner's
+	Kept    bool   // Release with Keep: the slots freed were kept for the key
 }
+
+// kept is the owner of the slots a parent keeps for a key (store.KeptFor):
+// one lease of the key, of the slots kept, which the key's next caller
+// takes over.
+const kept = -1
 
 // lease is a lease the model holds: the store's expiry of it lies within
 // [lo, hi] on the run's clock. A lease granted by a call of unknown
@@ -96,6 +114,14 @@ type state struct {
 type Bounds struct {
 	TTL, Early, Late time.Duration
 	Ticket, Claim    time.Duration
+	// Keep is how long a slot kept for a key lives (Op.Keep).
+	Keep time.Duration
+	// ServesLater says that a release of a pool without a parent may
+	// serve the line at a later point of its call than the one where it
+	// freed the slot (redisstore frees it with ZREM and, when its line was
+	// not empty, hands it on in a second call, which first drops the
+	// leases expired by then): Check gives such releases a Serve.
+	ServesLater bool
 	// Sweeps says the store may drop a key's expired tickets from
 	// anywhere in its line (pgstore does), not only when they reach its
 	// head (memstore, Redis).
@@ -297,22 +323,35 @@ func apply(b Bounds, st state, op Op, res Result) []state {
 		return out
 	case Release:
 		s := st
-		if i := s.find(op.Key, op.Owner); i >= 0 {
+		i := s.find(op.Key, op.Owner)
+		if i >= 0 {
 			s = s.without(i)
 		}
 		if t := s.ticket(op.Key, op.Owner); op.Line && t >= 0 {
 			s = s.withoutTicket(t)
 		}
 		// A release serves the line in the same step: the slot it frees
-		// goes to the head ticket at once.
+		// goes to the head ticket at once, unless the parent keeps it for
+		// the key.
 		done := s.fill(b, op)
-		if res.Unknown {
-			return append([]state{st}, done...)
+		var keeping []state
+		if op.Keep && i >= 0 && !op.Line && s.waiting(op.Key) == 0 && s.othersWait(op.Key) {
+			// Kept when the key would be served first if it asked again,
+			// an order the model does not follow: either may happen.
+			keeping = s.keep(b, op, st.leases[i].weight).fill(b, op)
+		}
+		switch {
+		case res.Unknown:
+			return append(append([]state{st}, done...), keeping...)
+		case res.Kept:
+			return keeping // none when nothing could be kept
 		}
 		return done
 	case Renew:
 		// No store serves the line at a renewal.
 		return st.renew(b, op, res)
+	case Serve:
+		return append([]state{st}, st.fill(b, op)...)
 	}
 	return nil
 }
@@ -335,6 +374,27 @@ func (st state) acquire(b Bounds, op Op, res Result) []state {
 			s = s.withoutTicket(t)
 		}
 		return s
+	}
+	if !held && st.waiting(op.Key) == 0 {
+		// The slots kept for the key go to its next caller, if enough.
+		if j := st.find(op.Key, kept); j >= 0 && st.leases[j].weight >= op.Weight {
+			s := st
+			if w := st.leases[j].weight - op.Weight; w > 0 {
+				l := st.leases[j]
+				l.weight = w
+				s = s.with(j, l)
+			} else {
+				s = s.without(j)
+			}
+			s = s.grant(-1, fresh, res.Token)
+			switch {
+			case res.Unknown:
+				return []state{st, s}
+			case !res.Granted || op.Fence && res.Token <= st.tokens[op.Key] || !op.Fence && res.Token != 0:
+				return nil
+			}
+			return []state{s}
+		}
 	}
 	queued, ahead := st, 0
 	if !room && op.Line {
@@ -533,6 +593,25 @@ func (st state) rival(op Op) bool {
 	return false
 }
 
+// othersWait reports whether a key of the parent other than key has a
+// ticket in its line: the condition, with key's own line empty, for the
+// parent to keep a slot key frees.
+func (st state) othersWait(key int) bool {
+	return slices.ContainsFunc(st.line, func(t ticket) bool { return t.key != key })
+}
+
+// keep returns st with weight slots kept for op's key until Bounds.Keep
+// after op: added to those kept already, whose expiry moves with them.
+func (st state) keep(b Bounds, op Op, weight int) state {
+	l := expiring(b, op, b.Keep)
+	l.owner, l.weight = kept, weight
+	if j := st.find(op.Key, kept); j >= 0 {
+		l.weight += st.leases[j].weight
+		return st.with(j, l)
+	}
+	return st.grant(-1, l, 0)
+}
+
 // keys yields each key that has a line, once, in the order of its head.
 func (st state) keys() func(func(int) bool) {
 	return func(yield func(int) bool) {
@@ -652,6 +731,10 @@ func (st state) String() string {
 		if l.hi != Never {
 			hi = ms(l.hi)
 		}
+		if l.owner == kept {
+			fmt.Fprintf(&b, "k%d/kept×%d [%s, %s] ", l.key, l.weight, ms(l.lo), hi)
+			continue
+		}
 		fmt.Fprintf(&b, "k%d/o%d×%d [%s, %s] ", l.key, l.owner, l.weight, ms(l.lo), hi)
 	}
 	for _, t := range st.line {
@@ -677,8 +760,11 @@ func (st state) String() string {
 
 func describe(in, out any) string {
 	op, res := in.(Op), out.(Result)
-	if op.Kind == Crash {
+	switch op.Kind {
+	case Crash:
 		return "crash: every lease lost"
+	case Serve:
+		return fmt.Sprintf("serve g%d k%d: the line, after o%d's release freed its slot", op.Group, op.Key, op.Owner)
 	}
 	s := fmt.Sprintf("%s g%d k%d o%d", op.Kind, op.Group, op.Key, op.Owner)
 	if op.Kind == Acquire {
@@ -703,6 +789,8 @@ func describe(in, out any) string {
 		return s + " → refused"
 	case op.Kind == Renew && res.Lost:
 		return s + " → lost"
+	case op.Kind == Release && res.Kept:
+		return s + " → kept for its key"
 	}
 	return s + " → ok"
 }

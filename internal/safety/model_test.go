@@ -10,7 +10,7 @@ import (
 
 const tms = time.Millisecond
 
-var bounds = Bounds{TTL: 100 * tms, Early: 2 * tms, Late: 5 * tms, Ticket: 40 * tms, Claim: 20 * tms}
+var bounds = Bounds{TTL: 100 * tms, Early: 2 * tms, Late: 5 * tms, Ticket: 40 * tms, Claim: 20 * tms, Keep: 20 * tms}
 
 // h builds a history of operations (call and return in ms).
 type h []porcupine.Operation
@@ -52,6 +52,19 @@ func kid(kind Kind, key, owner, weight int) Op {
 
 func kwait(key, owner, weight int) Op {
 	op := kid(Acquire, key, owner, weight)
+	op.Line = true
+	return op
+}
+
+// kk is an operation on key's pool in a parent of 2 that keeps a slot its
+// key frees (Bounds.Keep, 20 ms), whose keys have a max of 2; kkwait, its
+// acquire with a ticket.
+func kk(kind Kind, key, owner, weight int) Op {
+	return Op{Kind: kind, Group: 3, Key: key, Owner: owner, Weight: weight, Max: 2, Parent: 2, Keep: true}
+}
+
+func kkwait(key, owner, weight int) Op {
+	op := kk(Acquire, key, owner, weight)
 	op.Line = true
 	return op
 }
@@ -115,6 +128,32 @@ func TestModel(t *testing.T) {
 			add(0, Op{Kind: Acquire, Group: 2, Key: 0, Owner: 1, Weight: 2, Max: 2, Parent: 3}, 0, 1, granted(0)).
 			add(1, Op{Kind: Acquire, Group: 2, Key: 1, Owner: 2, Weight: 2, Max: 2, Parent: 3}, 2, 3, refused).
 			add(1, Op{Kind: Acquire, Group: 2, Key: 1, Owner: 2, Weight: 1, Max: 2, Parent: 3}, 4, 5, granted(0)), true},
+		// Kept slots (WithKeep): 20 ms for the key's next callers.
+		{"slots kept for their key go to its next callers", h{}.
+			add(0, kk(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kkwait(1, 2, 1), 2, 3, behind(0)).
+			add(0, kk(Release, 0, 1, 2), 4, 5, Result{Kept: true}).
+			add(1, kkwait(1, 2, 1), 6, 7, behind(0)).
+			add(0, kk(Acquire, 0, 3, 1), 8, 9, granted(0)).
+			add(0, kk(Acquire, 0, 4, 1), 10, 11, granted(0)), true},
+		{"kept slots pass on to the line once their time is up", h{}.
+			add(0, kk(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kkwait(1, 2, 1), 2, 3, behind(0)).
+			add(0, kk(Release, 0, 1, 2), 4, 5, Result{Kept: true}).
+			add(1, kkwait(1, 2, 1), 40, 41, granted(0)), true},
+		{"kept slots given to another key before their time is up", h{}.
+			add(0, kk(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kkwait(1, 2, 1), 2, 3, behind(0)).
+			add(0, kk(Release, 0, 1, 2), 4, 5, Result{Kept: true}).
+			add(1, kkwait(1, 2, 1), 6, 7, granted(0)), false},
+		{"a slot kept while no other key waits", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Release, 0, 1, 1), 2, 3, Result{Kept: true}), false},
+		{"a kept slot refused to its key's next caller", h{}.
+			add(0, kk(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, kkwait(1, 2, 1), 2, 3, behind(0)).
+			add(0, kk(Release, 0, 1, 2), 4, 5, Result{Kept: true}).
+			add(0, kk(Acquire, 0, 3, 1), 6, 7, refused), false},
 		// Lines: a ticket lasts 40 ms, a slot handed to it 20 ms.
 		{"a freed slot goes to the head of the line", h{}.
 			add(0, lock(Acquire, 1), 0, 1, granted(10)).
@@ -298,6 +337,42 @@ func TestModelSweeps(t *testing.T) {
 				t.Fatalf("an illegal history accepted (%v)", err)
 			}
 		})
+	}
+}
+
+// TestModelServesLater: seed 155309611401 of TestHistoriesRedis, as
+// recorded (the lock, µs kept). o1's release freed the slot, and o5's
+// acquire handed it to o3 at the head; o3 did not claim it within 60 ms,
+// and the release's second call, still within its interval, dropped that
+// lapsed lease and handed the slot to o5. o3 then waited again at the
+// head, and o10 after o3 had been served in turn. A model whose release
+// serves the line only where it frees the slot refuses the history;
+// redisstore's release frees, then hands on (Bounds.ServesLater).
+func TestModelServesLater(t *testing.T) {
+	at := func(x h, client int, op Op, call, ret float64, res Result) h {
+		op.Call, op.Return = time.Duration(call*1000)*time.Microsecond, time.Duration(ret*1000)*time.Microsecond
+		return append(x, porcupine.Operation{ClientId: client, Input: op, Call: int64(op.Call), Output: res, Return: int64(op.Return)})
+	}
+	acquire := func(owner int) Op { op := lock(Acquire, owner); op.Fence = false; return op }
+	hist := at(h{}, 0, wait(2), 1163.7, 1164.0, granted(0))
+	hist = at(hist, 0, lock(Release, 2), 1164.8, 1164.9, Result{})
+	hist = at(hist, 0, acquire(1), 1233.7, 1233.9, granted(0))
+	hist = at(hist, 1, wait(3), 1238.6, 1238.8, behind(0))
+	hist = at(hist, 0, lock(Release, 1), 1257.3, 1378.6, Result{})
+	hist = at(hist, 1, wait(5), 1259.6, 1326.1, behind(0))
+	hist = at(hist, 1, wait(3), 1365.3, 1437.6, behind(0))
+	hist = at(hist, 3, wait(10), 1401.8, 1402.0, behind(0))
+	hist = at(hist, 3, wait(10), 1402.5, 1402.6, behind(0))
+	hist = at(hist, 1, acquire(4), 1451.9, 1613.7, Result{})
+	hist = at(hist, 1, wait(5), 1651.5, 1729.0, granted(0))
+	run := Bounds{TTL: 300 * tms, Early: 3 * tms, Late: 20 * tms, Ticket: 150 * tms, Claim: 60 * tms, Keep: 60 * tms}
+	var v *Violation
+	if err := Check(155309611401, hist, run, "", 10*time.Second); !errors.As(err, &v) {
+		t.Fatalf("a release that serves where it frees: the history accepted (%v)", err)
+	}
+	run.ServesLater = true
+	if err := Check(155309611401, hist, run, "", 10*time.Second); err != nil {
+		t.Fatalf("a release that serves later: the history refused: %v", err)
 	}
 }
 

@@ -43,7 +43,7 @@ func holderBin(t *testing.T) string {
 // clients take the slots, and it finds them lost.
 func TestHistoriesRedisProcesses(t *testing.T) {
 	t.Parallel()
-	checkProcesses(t, bounds, func(t *testing.T) []string {
+	checkProcesses(t, redisBounds, func(t *testing.T) []string {
 		return []string{"-redis", testenv.RedisAddr(), "-prefix", testenv.Prefix(t, testenv.Redis(t))}
 	})
 }

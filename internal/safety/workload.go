@@ -54,6 +54,9 @@ func (c *Config) defaults() {
 	if c.Bounds.Claim == 0 {
 		c.Bounds.Claim = 60 * time.Millisecond
 	}
+	if c.Bounds.Keep == 0 {
+		c.Bounds.Keep = 60 * time.Millisecond
+	}
 }
 
 // Store is what the workload calls: a store.Store, or a client process's
@@ -69,12 +72,18 @@ type Store interface {
 type group struct {
 	parent store.PoolID // zero: none
 	total  int
+	keep   bool // the parent keeps freed slots for their key (Bounds.Keep)
 	keys   []store.PoolID
 	max    []int
+	shares []int // each key's share of the parent; nil: 1 each
 }
 
 // groups are the workload's: a lock (max 1), a pool of 3 with weights, a
-// parent of 3 shared by three keys of max 2, a parent of 2 shared by two.
+// parent of 3 shared by three keys of max 2, a parent of 2 shared by two
+// that keeps a slot its key frees for the key's next caller (WithKeep),
+// its first key with 4 times the other's share: a key is kept its slot
+// only when it would be served first, which a greater share makes
+// common.
 func groups(name string) []group {
 	pool := func(g, k int) store.PoolID {
 		return store.PoolOf(byte(keycap.FamilyApp), name, fmt.Sprintf("g%d/k%d", g, k))
@@ -86,7 +95,7 @@ func groups(name string) []group {
 		{keys: []store.PoolID{pool(0, 0)}, max: []int{1}},
 		{keys: []store.PoolID{pool(1, 0)}, max: []int{3}},
 		{parent: parent(2, 3), total: 3, keys: []store.PoolID{pool(2, 0), pool(2, 1), pool(2, 2)}, max: []int{2, 2, 2}},
-		{parent: parent(3, 2), total: 2, keys: []store.PoolID{pool(3, 0), pool(3, 1)}, max: []int{2, 2}},
+		{parent: parent(3, 2), total: 2, keep: true, keys: []store.PoolID{pool(3, 0), pool(3, 1)}, max: []int{2, 2}, shares: []int{4, 1}},
 	}
 }
 
@@ -233,7 +242,7 @@ func (c *client) run(ctx context.Context) {
 		case h == nil:
 			g := c.rng.IntN(len(c.gs))
 			k := c.rng.IntN(len(c.gs[g].keys))
-			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: weight(o, g, k), Max: c.gs[g].max[k], Parent: c.gs[g].total, Fence: c.rng.IntN(2) == 0}
+			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: weight(o, g, k), Max: c.gs[g].max[k], Parent: c.gs[g].total, Keep: c.gs[g].keep, Fence: c.rng.IntN(2) == 0}
 			// Half the acquires wait in their key's line.
 			op.Line = c.rng.IntN(2) == 0
 			res := c.acquire(ctx, ids[o], op)
@@ -292,6 +301,12 @@ func (c *client) demand(op Op) store.Demand {
 	if op.Weight > 1 || op.Parent > 0 {
 		g := c.gs[op.Group]
 		d.Shared = &store.Shared{Weight: op.Weight, Parent: store.Parent{Pool: g.parent, Max: g.total, Share: 1}}
+		if g.keep {
+			d.Shared.Parent.Keep = c.cfg.Bounds.Keep
+		}
+		if g.shares != nil {
+			d.Shared.Parent.Share = g.shares[op.Key]
+		}
 	}
 	return d
 }
@@ -318,12 +333,12 @@ func (c *client) release(ctx context.Context, owner store.Owner, acq Op, leave b
 	op := acq
 	op.Kind, op.Fence, op.Line = Release, false, leave
 	op.Call = c.clock()
-	_, err := c.s.Release(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op), leave)
+	kept, err := c.s.Release(cctx, c.gs[op.Group].keys[op.Key], owner, c.demand(op), leave)
 	op.Return = c.clock()
 	if c.notSent(err) {
 		return // the lease stays until its TTL
 	}
-	c.record(c.id, op, Result{Unknown: err != nil})
+	c.record(c.id, op, Result{Unknown: err != nil, Kept: kept && err == nil})
 }
 
 func (c *client) renew(ctx context.Context, owner store.Owner, acq Op) Result {
