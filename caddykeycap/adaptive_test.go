@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keycap/keycap/internal/testenv"
 	"github.com/keycap/keycap/internal/testkit"
 )
 
@@ -182,7 +183,7 @@ func TestAdaptiveTotalFindsUpstreamConcurrency(t *testing.T) {
 	up := &busyUpstream{n: n, work: 50 * time.Millisecond}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	log := startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -248,7 +249,7 @@ func TestAdaptiveTotalInShadowKeepsMax(t *testing.T) {
 	up := &busyUpstream{n: n, work: 20 * time.Millisecond, refuse: 20 * time.Millisecond}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	log := startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -300,7 +301,7 @@ func TestAdaptiveTotalCutsOnUpstreamTimeouts(t *testing.T) {
 		<-r.Context().Done() // never answers: the proxy gives up
 	}))
 	t.Cleanup(upstream.Close)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	log := startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off

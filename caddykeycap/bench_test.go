@@ -43,7 +43,7 @@ func BenchmarkCaddy(b *testing.B) {
 
 	type proxy struct{ name, url string }
 	caddy := func(name, handler string) proxy {
-		addr := freeAddr(b)
+		addr := testenv.FreeAddr(b)
 		startCaddy(b, fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -113,7 +113,7 @@ func startGateway(b *testing.B, name, storeYAML, upstream string) struct{ name, 
 	if err := goBuild(bin, "./cmd/keycap", ".."); err != nil {
 		b.Fatal(err)
 	}
-	addr := freeAddr(b)
+	addr := testenv.FreeAddr(b)
 	cfg := fmt.Sprintf(`listen: %s
 admin: %s
 log: {level: error}
@@ -124,7 +124,7 @@ upstream: %s
     limits:
       - max: 1000
         key: header:X-User
-`, addr, freeAddr(b), upstream, storeYAML)
+`, addr, testenv.FreeAddr(b), upstream, storeYAML)
 	path := filepath.Join(dir, "keycap.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,18 +64,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // caddyEnv is the environment of a Caddy run by a test: its data and
 // configuration under dir, nothing of the user's.
 func caddyEnv(dir string, extra ...string) []string {
@@ -90,9 +77,10 @@ func caddyEnv(dir string, extra ...string) []string {
 // environment.
 func caddyCmd(t testing.TB, env []string, args ...string) (string, error) {
 	t.Helper()
+	bin := caddyBin(t) // built once, perhaps now: not within the command's 30 s
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, caddyBin(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = caddyEnv(t.TempDir(), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -73,7 +73,7 @@ func TestThreeCaddiesOneRedis(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	var addrs []string
 	for range 3 {
-		addr := freeAddr(t)
+		addr := testenv.FreeAddr(t)
 		addrs = append(addrs, addr)
 		startCaddy(t, fmt.Sprintf(`{
 	admin off
@@ -198,7 +198,7 @@ func TestRedisStoreKinds(t *testing.T) {
 				_, _ = io.WriteString(w, "ok")
 			}))
 			t.Cleanup(upstream.Close)
-			addr := freeAddr(t)
+			addr := testenv.FreeAddr(t)
 			startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keycap/keycap/internal/testenv"
 )
 
 // A request that finds its key's slots all taken gets 429 with the limit's
@@ -31,7 +33,7 @@ func TestRefusalIs429WithRetryAfter(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	t.Cleanup(upstream.Close)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -100,7 +102,7 @@ func TestStreamHoldsSlotUntilClientLeaves(t *testing.T) {
 		<-r.Context().Done() // streams until the client leaves
 	}))
 	t.Cleanup(upstream.Close)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -159,7 +161,7 @@ func TestStoreDownFailClosedAndOpen(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	t.Cleanup(upstream.Close)
-	addr, dead := freeAddr(t), closedPort(t)
+	addr, dead := testenv.FreeAddr(t), closedPort(t)
 	startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -219,7 +221,7 @@ func TestEmptyKey(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	t.Cleanup(upstream.Close)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	startCaddy(t, fmt.Sprintf(`{
 	admin off
 	auto_https off
