@@ -261,11 +261,12 @@ func (k *kid) takeKept(w int) bool {
 	return true
 }
 
-// keep keeps w slots that k freed for k until expires, when keys wait, k
-// has no line, and k would be served first if it asked again. It reports
-// whether it did; the caller has dropped the expired leases.
+// keep keeps w slots that k freed for k until expires, when another key
+// waits with a live ticket, k has no line, and k would be served first if
+// it asked again. It reports whether it did; the caller has dropped the
+// expired leases.
 func (pa *parent) keep(k *kid, w int, now, expires time.Duration) bool {
-	if len(pa.queue) == 0 || len(k.line) > 0 {
+	if len(k.line) > 0 || pa.best(now) == nil { // best passes the expired heads
 		return false
 	}
 	if !pa.first(k, now) {

@@ -34,6 +34,7 @@ func testShares(t *testing.T, ns Namespace) {
 			{"KidLeaseRenewal", testKidRenew},
 			{"FreedSlotIsKeptForAFairerKey", testKeep},
 			{"KeptSlotPassesOnWhenNotTaken", testKeepExpires},
+			{"NothingKeptWhenNoLiveKeyWaits", testKeepNoWaiter},
 			{"ParentNeverOverUnderContention", testParentContention},
 		})
 }
@@ -557,6 +558,29 @@ func testKeepExpires(t *testing.T, open func() keycap.Store) {
 	time.Sleep(2100 * time.Millisecond)
 	release(t, s, f.demand("busy", store.NewOwner(), 2, 1)) // releases nothing: the Limiter's call after a keep
 	take(t, s, waiter, &longTicket, true)
+}
+
+// testKeepNoWaiter: a slot is kept only from a key that waits: when the
+// other key's only ticket has expired, the freed slot stays free for any
+// caller. (internal/safety's checker found memstore keeping it, seed
+// 253511448802 of TestHistoriesMemstore: the parent's queue still named
+// the key whose ticket had expired, and a freed slot sat idle for the
+// keep's time.)
+func testKeepNoWaiter(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("keep-no-waiter", 2)
+	light := f.demand("light", store.NewOwner(), 2, 1)
+	light.Shared.Parent.Keep = time.Minute
+	take(t, s, light, nil, true)
+	holdN(t, s, f, "busy", 1, 2)
+	ticket := store.Ticket{TTL: 200 * time.Millisecond, Claim: time.Minute}
+	queued := time.Now()
+	take(t, s, f.demand("busy", store.NewOwner(), 2, 1), &ticket, false)  // the parent is full
+	time.Sleep(time.Until(queued.Add(ticket.TTL + 200*time.Millisecond))) // the ticket expires
+	if release(t, s, light) {
+		t.Fatal("a slot was kept while no key waited")
+	}
+	take(t, s, f.demand("other", store.NewOwner(), 2, 1), nil, true)
 }
 
 // testKidLapsed: when every lease of a parent lapses unreleased (its holders
