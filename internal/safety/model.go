@@ -335,10 +335,12 @@ func apply(b Bounds, st state, op Op, res Result) []state {
 		// the key.
 		done := s.fill(b, op)
 		var keeping []state
-		if op.Keep && i >= 0 && !op.Line && s.waiting(op.Key) == 0 && s.othersWait(op.Key) {
+		if op.Keep && i >= 0 && !op.Line {
 			// Kept when the key would be served first if it asked again,
 			// an order the model does not follow: either may happen.
-			keeping = s.keep(b, op, st.leases[i].weight).fill(b, op)
+			if c, empty := s.passed(op); empty && c.othersWait(op) {
+				keeping = c.keep(b, op, st.leases[i].weight).fill(b, op)
+			}
 		}
 		switch {
 		case res.Unknown:
@@ -593,11 +595,29 @@ func (st state) rival(op Op) bool {
 	return false
 }
 
-// othersWait reports whether a key of the parent other than key has a
-// ticket in its line: the condition, with key's own line empty, for the
-// parent to keep a slot key frees.
-func (st state) othersWait(key int) bool {
-	return slices.ContainsFunc(st.line, func(t ticket) bool { return t.key != key })
+// othersWait reports whether a key of the parent other than op's has a
+// ticket in its line that may be live at op: the condition, with op's key's
+// own line empty, for the parent to keep a slot that key frees.
+func (st state) othersWait(op Op) bool {
+	return slices.ContainsFunc(st.line, func(t ticket) bool { return t.key != op.Key && t.hi >= op.Call })
+}
+
+// passed returns st without the tickets at the head of op's key's line
+// that a store may pass as it meets them — those that may have expired by
+// op, or whose owner holds a lease of the key — and whether the key's line
+// is empty then. A release meets its key's line before it decides to keep
+// when it reaps a lapsed lease of the key (memstore).
+func (st state) passed(op Op) (state, bool) {
+	for {
+		t := st.ticket(op.Key, -1)
+		if t < 0 {
+			return st, true
+		}
+		if tk := st.line[t]; tk.lo > op.Return && st.find(op.Key, tk.owner) < 0 {
+			return st, false
+		}
+		st = st.withoutTicket(t)
+	}
 }
 
 // keep returns st with weight slots kept for op's key until Bounds.Keep

@@ -149,6 +149,35 @@ func TestModel(t *testing.T) {
 		{"a slot kept while no other key waits", h{}.
 			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
 			add(0, kk(Release, 0, 1, 1), 2, 3, Result{Kept: true}), false},
+		// Seed 253511448802 of TestHistoriesMemstore, reduced: the key's
+		// only ticket has expired, unmet, when its holder's release keeps.
+		{"a slot kept while its key's only ticket has expired", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 0, 2, 1), 2, 3, granted(0)).
+			add(1, kkwait(0, 3, 2), 4, 5, behind(0)).
+			add(2, kkwait(1, 4, 1), 6, 7, behind(0)).
+			add(2, kkwait(1, 4, 1), 30, 31, behind(0)).
+			add(0, kk(Release, 0, 2, 1), 60, 61, Result{Kept: true}).
+			add(0, kk(Acquire, 0, 5, 1), 62, 63, granted(0)), true},
+		{"a slot kept while its key's ticket is live", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 0, 2, 1), 2, 3, granted(0)).
+			add(1, kkwait(0, 3, 2), 4, 5, behind(0)).
+			add(2, kkwait(1, 4, 1), 6, 7, behind(0)).
+			add(1, kkwait(0, 3, 2), 28, 29, behind(0)).
+			add(2, kkwait(1, 4, 1), 30, 31, behind(0)).
+			add(0, kk(Release, 0, 2, 1), 60, 61, Result{Kept: true}), false},
+		{"a slot kept while the other key's only ticket has expired", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 0, 3, 1), 2, 3, granted(0)).
+			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
+			add(0, kk(Release, 0, 1, 1), 60, 61, Result{Kept: true}), false},
+		{"a slot kept while the other key's ticket is live", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 0, 3, 1), 2, 3, granted(0)).
+			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
+			add(1, kkwait(1, 2, 1), 30, 31, behind(0)).
+			add(0, kk(Release, 0, 1, 1), 60, 61, Result{Kept: true}), true},
 		{"a kept slot refused to its key's next caller", h{}.
 			add(0, kk(Acquire, 0, 1, 2), 0, 1, granted(0)).
 			add(1, kkwait(1, 2, 1), 2, 3, behind(0)).
