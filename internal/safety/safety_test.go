@@ -455,9 +455,13 @@ func restarts(t *testing.T, p server, persistent bool) func(seed int64) func(con
 	}
 }
 
+// redisProcess returns the stores of a run on p, emptied first: the
+// runs of a lane share p, and a restart would replay every earlier run's
+// writes from the append-only file.
 func redisProcess(t *testing.T, p *testenv.RedisProcess) func() safety.Store {
-	admin := redis.NewClient(p.Options())
-	t.Cleanup(func() { _ = admin.Close() })
+	if err := p.Empty(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	prefix := fmt.Sprintf("safety:%d:", time.Now().UnixNano())
 	return func() safety.Store {
 		c := redis.NewClient(p.Options()) // MaxRetries: once, as redisThrough's
