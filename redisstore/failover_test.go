@@ -48,18 +48,26 @@ func TestClusterFailover(t *testing.T) {
 		others = append(others, keycap.Spec{Name: "failover", Max: 1000}.For(fmt.Sprint("other", i)))
 	}
 	ctx := context.Background()
-	decide := func() (time.Duration, error) {
+	one := func(lim keycap.Limit) (time.Duration, error) {
 		start := time.Now()
 		ls, err := l.Acquire(ctx, lim)
 		if err == nil {
 			ls.Release()
 		}
-		took := time.Since(start)
+		return time.Since(start), err
+	}
+	var worst atomic.Int64 // the slowest decision during the failover, in ns
+	decideOthers := func() {
 		for _, o := range others {
-			if ls, err := l.Acquire(ctx, o); err == nil {
-				ls.Release()
+			took, _ := one(o)
+			if w := worst.Load(); int64(took) > w {
+				worst.CompareAndSwap(w, int64(took))
 			}
 		}
+	}
+	decide := func() (time.Duration, error) {
+		took, err := one(lim)
+		decideOthers()
 		return took, err
 	}
 	// Warm up: the first calls on a fresh cluster discover its slots and
@@ -100,19 +108,38 @@ func TestClusterFailover(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	var worst time.Duration
+	// The other pools are decided beside the killed master's, not between
+	// its decisions: a third of them wait out the budget while their master
+	// is down, and would delay the next look at whether decisions resumed
+	// by seconds.
+	stopOthers, othersStopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(othersStopped)
+		for {
+			select {
+			case <-stopOthers:
+				return
+			default:
+				decideOthers()
+			}
+		}
+	}()
 	var resumed time.Duration
 	for time.Since(killed) < 40*time.Second {
-		took, err := decide()
-		worst = max(worst, took)
+		took, err := one(lim)
+		if w := worst.Load(); int64(took) > w {
+			worst.CompareAndSwap(w, int64(took))
+		}
 		if err == nil && clusterOK.Load() > 0 {
 			resumed = time.Since(killed)
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	close(stopOthers)
+	<-othersStopped
 	ok := time.Duration(clusterOK.Load())
-	t.Logf("cluster ok %s after the kill; decisions resumed %s after it; slowest decision %s", ok, resumed, worst)
+	t.Logf("cluster ok %s after the kill; decisions resumed %s after it; slowest decision %s", ok, resumed, time.Duration(worst.Load()))
 	switch {
 	case ok == 0:
 		t.Fatal("the cluster never recovered")
@@ -121,8 +148,8 @@ func TestClusterFailover(t *testing.T) {
 	case resumed-ok > 2*time.Second:
 		t.Errorf("decisions resumed %s after the cluster was ok, want at most 2s", resumed-ok)
 	}
-	if worst > time.Second {
-		t.Errorf("a decision took %s during the failover, with a budget of 200ms", worst)
+	if w := time.Duration(worst.Load()); w > time.Second {
+		t.Errorf("a decision took %s during the failover, with a budget of 200ms", w)
 	}
 	// The outage ends once the master's slots have answered for a second.
 	deadline := time.Now().Add(10 * time.Second)
