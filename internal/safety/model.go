@@ -49,6 +49,7 @@ type Op struct {
 	Weight int  // slots the lease takes
 	Max    int  // the key's max
 	Parent int  // the parent's total; 0: none
+	Share  int  // the key's share of the parent (store.Parent.Share); 0: 1
 	Fence  bool // the acquire asked for a fencing token
 	// Line: an acquire that takes a ticket in the key's line when refused
 	// (Bounds.Ticket, Bounds.Claim), or a release that leaves the line.
@@ -93,7 +94,7 @@ type lease struct {
 // next call with a ticket keeps its place, as the stores do.
 type ticket struct {
 	key, owner, weight int
-	max                int // its key's max, for the fills of a parent's keys
+	max, share         int // its key's max and share, for the fills of a parent's keys
 	lo, hi, open       time.Duration
 }
 
@@ -203,7 +204,7 @@ func (st state) key() string {
 		put(int64(l.key), int64(l.owner), int64(l.weight), int64(l.lo), int64(l.hi), int64(l.open))
 	}
 	for _, t := range st.line {
-		put(int64(t.key), int64(t.owner), int64(t.weight), int64(t.max), int64(t.lo), int64(t.hi), int64(t.open))
+		put(int64(t.key), int64(t.owner), int64(t.weight), int64(t.max), int64(t.share), int64(t.lo), int64(t.hi), int64(t.open))
 	}
 	keys := make([]int, 0, len(st.tokens))
 	for k := range st.tokens {
@@ -337,9 +338,18 @@ func apply(b Bounds, st state, op Op, res Result) []state {
 		var keeping []state
 		if op.Keep && i >= 0 && !op.Line {
 			// Kept when the key would be served first if it asked again,
-			// an order the model does not follow: either may happen.
-			if c, empty := s.passed(op); empty && c.othersWait(op) {
-				keeping = c.keep(b, op, st.leases[i].weight).fill(b, op)
+			// before every other key that waits: one that holds more slots
+			// for its share than the key then. Its line must be empty
+			// (memstore passes the tickets at its head that may have
+			// expired, the others do not), and another key must wait.
+			if c, empty := s.passed(op); empty {
+				r := c.rivals(op)
+				if r.atLeast && !r.fewer {
+					keeping = c.keep(b, op, st.leases[i].weight).fill(b, op)
+				}
+				if r.any && !r.atMost && s.waiting(op.Key) == 0 {
+					done = nil // kept, surely
+				}
 			}
 		}
 		switch {
@@ -365,11 +375,16 @@ func (st state) acquire(b Bounds, op Op, res Result) []state {
 	fresh := expiring(b, op, b.TTL)
 	room := held || st.waiting(op.Key) == 0 && st.room(op.Key, op.Weight, op.Max, op.Parent)
 	// A fresh caller of a parent's key with room is granted unless
-	// another key waits that the fair share may serve first: whether it
-	// does depends on the service each key received, which the model does
-	// not follow (the Quint model and storetest check that order), so
-	// both outcomes are states then.
-	either := room && !held && op.Parent > 0 && st.rival(op)
+	// another key waits that the fair share serves first: one that holds
+	// fewer slots for its share is refused the caller, one that holds as
+	// many may be or not — the order between them is the slot-time each
+	// received, which the model does not follow (the Quint model and
+	// storetest check it) — and so is one whose ticket may have expired.
+	var either bool
+	if room && !held && op.Parent > 0 {
+		r := st.rivals(op)
+		room, either = !r.fewer, r.atMost && !r.fewer
+	}
 	granted := func() state {
 		s := st.grant(i, fresh, res.Token)
 		if t := s.ticket(op.Key, op.Owner); op.Line && t >= 0 {
@@ -547,16 +562,18 @@ func (st state) serve(b Bounds, op Op, t int) []state {
 // call on any of them): the store hands the parent's free slots to the
 // head ticket of the key its fair share puts first, among the keys whose
 // head fits in their key's max, and stops when that head does not fit in
-// the parent's total (nobody overtakes it). The model does not follow the
-// service each key received, so any such key may come first: a state for
-// each, which still checks both caps, the order within each line, that a
-// head is served only when it fits, and that no slot stays free while a
-// head that fits waits with nothing before it that does not. A head that
-// has expired, or whose owner holds a lease of its key, is dropped or
-// left (a store meets it only when it looks at that key's line).
+// the parent's total (nobody overtakes it). First is a key that holds the
+// fewest slots for its share (held ÷ share); among those, the one that
+// received the least slot-time, which the model does not follow, so any
+// of them may come first: a state for each. That checks both caps, the
+// order within each line, the fair share's first order, that a head is
+// served only when it fits, and that no slot stays free while a head
+// that fits waits with nothing before it that does not. A head that has
+// expired, or whose owner holds a lease of its key, is dropped or left (a
+// store meets it only when it looks at that key's line).
 func (st state) fillParent(b Bounds, op Op) []state {
 	var out []state
-	stop := true // no key's head can be served: the fill ends here
+	var served []int // the head tickets of the keys that may be served
 	for key := range st.keys() {
 		t := st.ticket(key, -1)
 		tk := st.line[t]
@@ -567,39 +584,99 @@ func (st state) fillParent(b Bounds, op Op) []state {
 		if stale || !st.room(key, tk.weight, tk.max, 0) {
 			continue // not among the keys served
 		}
-		if !st.room(key, tk.weight, tk.max, op.Parent) {
-			out = append(out, st) // first, and waits for its slots
+		served = append(served, t)
+	}
+	// The fill ends here when no head is served, or when one that comes
+	// first waits.
+	waits, serves := false, false
+	for _, t := range served {
+		tk := st.line[t]
+		if slices.ContainsFunc(served, func(u int) bool { return st.fewer(st.line[u], tk) }) {
+			continue // another key comes first
+		}
+		if !st.room(tk.key, tk.weight, tk.max, op.Parent) {
+			waits = true // first, and waits for its slots
 			continue
 		}
-		stop = false
+		serves = true
 		l := expiring(b, op, b.Claim)
-		l.key, l.owner, l.weight = key, tk.owner, tk.weight
+		l.key, l.owner, l.weight = tk.key, tk.owner, tk.weight
 		out = append(out, st.withoutTicket(t).grant(-1, l, 0).fillParent(b, op)...)
 	}
-	if stop {
+	if waits || !serves {
 		out = append(out, st)
 	}
 	return out
 }
 
-// rival reports whether another key of op's parent has a head ticket
-// that may be live and fits in its key's max: a key the fair share may
-// serve before op's.
-func (st state) rival(op Op) bool {
-	for key := range st.keys() {
-		tk := st.line[st.ticket(key, -1)]
-		if key != op.Key && tk.hi >= op.Call && st.find(key, tk.owner) < 0 && st.room(key, tk.weight, tk.max, 0) {
-			return true
+// held returns the slots key holds, those kept for it among them.
+func (st state) held(key int) int {
+	n := 0
+	for _, l := range st.leases {
+		if l.key == key {
+			n += l.weight
 		}
 	}
-	return false
+	return n
 }
 
-// othersWait reports whether a key of the parent other than op's has a
-// ticket in its line that may be live at op: the condition, with op's key's
-// own line empty, for the parent to keep a slot that key frees.
-func (st state) othersWait(op Op) bool {
-	return slices.ContainsFunc(st.line, func(t ticket) bool { return t.key != op.Key && t.hi >= op.Call })
+// fewer reports whether the key of ticket a holds fewer slots for its
+// share than the key of ticket b: the fair share's first order
+// (store.Shares; the workload sets no minimum).
+func (st state) fewer(a, b ticket) bool {
+	return st.held(a.key)*b.share < st.held(b.key)*a.share
+}
+
+// rivals is what a parent's other keys that wait to be served are to a
+// key that asks or frees slots at op. A key waits when its head ticket —
+// the first of its line that has not expired and whose owner holds no
+// lease of the key, as a store finds it — fits in its key's max; whether
+// a ticket has expired by op may be unknown, and with it whether, and
+// with which head, the key waits. A store may also not have met a head
+// that has expired, or whose owner holds a lease (fillParent leaves it):
+// then the key may wait behind it, or not.
+type rivals struct {
+	any     bool // a key surely waits
+	fewer   bool // a key surely waits that holds fewer slots for its share
+	atMost  bool // a key may wait that holds at most as many
+	atLeast bool // a key may wait that holds at least as many
+}
+
+// rivals returns the other keys of op's parent that wait at op, against
+// op's key.
+func (st state) rivals(op Op) rivals {
+	var r rivals
+	mine := ticket{key: op.Key, share: max(op.Share, 1)}
+	for key := range st.keys() {
+		if key == op.Key {
+			continue
+		}
+		may, sure, found := false, true, false
+		var tk ticket // its head, or the last that may be
+		for _, t := range st.line {
+			if t.key != key {
+				continue
+			}
+			if t.hi < op.Call || st.find(key, t.owner) >= 0 {
+				sure = false // the store may not have met it
+				continue
+			}
+			tk = t
+			fits := st.room(key, t.weight, t.max, 0)
+			may, sure = may || fits, sure && fits
+			if t.lo > op.Return {
+				found = true
+				break
+			}
+		}
+		sure = sure && found
+		fewer, more := st.fewer(tk, mine), st.fewer(mine, tk)
+		r.any = r.any || sure
+		r.fewer = r.fewer || sure && fewer
+		r.atMost = r.atMost || may && !more
+		r.atLeast = r.atLeast || may && !fewer
+	}
+	return r
 }
 
 // passed returns st without the tickets at the head of op's key's line
@@ -652,7 +729,7 @@ func (st state) keys() func(func(int) bool) {
 // it has one, and returns the state and how many tickets wait before it.
 func (st state) queue(b Bounds, op Op) (state, int) {
 	l := expiring(b, op, b.Ticket)
-	tk := ticket{key: l.key, owner: l.owner, weight: l.weight, max: op.Max, lo: l.lo, hi: l.hi, open: l.open}
+	tk := ticket{key: l.key, owner: l.owner, weight: l.weight, max: op.Max, share: max(op.Share, 1), lo: l.lo, hi: l.hi, open: l.open}
 	line := slices.Clone(st.line)
 	ahead := 0
 	for i, x := range line {

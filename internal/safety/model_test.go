@@ -57,14 +57,28 @@ func kwait(key, owner, weight int) Op {
 }
 
 // kk is an operation on key's pool in a parent of 2 that keeps a slot its
-// key frees (Bounds.Keep, 20 ms), whose keys have a max of 2; kkwait, its
-// acquire with a ticket.
+// key frees (Bounds.Keep, 20 ms), whose keys have a max of 2 and shares
+// of 4 (key 0) and 1 (key 1), as the workload's; kkwait, its acquire with
+// a ticket.
 func kk(kind Kind, key, owner, weight int) Op {
-	return Op{Kind: kind, Group: 3, Key: key, Owner: owner, Weight: weight, Max: 2, Parent: 2, Keep: true}
+	return Op{Kind: kind, Group: 3, Key: key, Owner: owner, Weight: weight, Max: 2, Parent: 2, Share: []int{4, 1}[key], Keep: true}
 }
 
 func kkwait(key, owner, weight int) Op {
 	op := kk(Acquire, key, owner, weight)
+	op.Line = true
+	return op
+}
+
+// fs is an operation on key's pool in a parent of 4 whose two keys have
+// maxes of 6 (key 0) and 4 (key 1) and shares of 4 and 1; fswait, its
+// acquire with a ticket.
+func fs(kind Kind, key, owner, weight int) Op {
+	return Op{Kind: kind, Group: 4, Key: key, Owner: owner, Weight: weight, Max: []int{6, 4}[key], Parent: 4, Share: []int{4, 1}[key]}
+}
+
+func fswait(key, owner, weight int) Op {
+	op := fs(Acquire, key, owner, weight)
 	op.Line = true
 	return op
 }
@@ -150,18 +164,19 @@ func TestModel(t *testing.T) {
 			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
 			add(0, kk(Release, 0, 1, 1), 2, 3, Result{Kept: true}), false},
 		// Seed 253511448802 of TestHistoriesMemstore, reduced: the key's
-		// only ticket has expired, unmet, when its holder's release keeps.
+		// only ticket has expired, unmet, when its holder's release keeps
+		// (key 0, holding nothing then, comes before key 1, holding 1).
 		{"a slot kept while its key's only ticket has expired", h{}.
-			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
-			add(0, kk(Acquire, 0, 2, 1), 2, 3, granted(0)).
+			add(0, kk(Acquire, 0, 2, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 1, 1, 1), 2, 3, granted(0)).
 			add(1, kkwait(0, 3, 2), 4, 5, behind(0)).
 			add(2, kkwait(1, 4, 1), 6, 7, behind(0)).
 			add(2, kkwait(1, 4, 1), 30, 31, behind(0)).
 			add(0, kk(Release, 0, 2, 1), 60, 61, Result{Kept: true}).
 			add(0, kk(Acquire, 0, 5, 1), 62, 63, granted(0)), true},
 		{"a slot kept while its key's ticket is live", h{}.
-			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
-			add(0, kk(Acquire, 0, 2, 1), 2, 3, granted(0)).
+			add(0, kk(Acquire, 0, 2, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 1, 1, 1), 2, 3, granted(0)).
 			add(1, kkwait(0, 3, 2), 4, 5, behind(0)).
 			add(2, kkwait(1, 4, 1), 6, 7, behind(0)).
 			add(1, kkwait(0, 3, 2), 28, 29, behind(0)).
@@ -169,15 +184,34 @@ func TestModel(t *testing.T) {
 			add(0, kk(Release, 0, 2, 1), 60, 61, Result{Kept: true}), false},
 		{"a slot kept while the other key's only ticket has expired", h{}.
 			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
-			add(0, kk(Acquire, 0, 3, 1), 2, 3, granted(0)).
+			add(0, kk(Acquire, 1, 3, 1), 2, 3, granted(0)).
 			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
 			add(0, kk(Release, 0, 1, 1), 60, 61, Result{Kept: true}), false},
 		{"a slot kept while the other key's ticket is live", h{}.
 			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
-			add(0, kk(Acquire, 0, 3, 1), 2, 3, granted(0)).
+			add(0, kk(Acquire, 1, 3, 1), 2, 3, granted(0)).
 			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
 			add(1, kkwait(1, 2, 1), 30, 31, behind(0)).
 			add(0, kk(Release, 0, 1, 1), 60, 61, Result{Kept: true}), true},
+		// Kept when the key would come first: key 0, holding nothing
+		// then, before key 1 holding 1; not when key 0 holds 1 of its
+		// share of 4 and key 1 nothing.
+		{"a slot not kept while its key would come first", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 1, 3, 1), 2, 3, granted(0)).
+			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
+			add(0, kk(Release, 0, 1, 1), 6, 7, ok), false},
+		{"a slot kept while the other key holds fewer for its share", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 0, 3, 1), 2, 3, granted(0)).
+			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
+			add(0, kk(Release, 0, 1, 1), 6, 7, Result{Kept: true}), false},
+		{"a slot not kept while the other key holds fewer for its share", h{}.
+			add(0, kk(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kk(Acquire, 0, 3, 1), 2, 3, granted(0)).
+			add(1, kkwait(1, 2, 1), 4, 5, behind(0)).
+			add(0, kk(Release, 0, 1, 1), 6, 7, ok).
+			add(1, kkwait(1, 2, 1), 8, 9, granted(0)), true},
 		{"a kept slot refused to its key's next caller", h{}.
 			add(0, kk(Acquire, 0, 1, 2), 0, 1, granted(0)).
 			add(1, kkwait(1, 2, 1), 2, 3, behind(0)).
@@ -305,6 +339,39 @@ func TestModel(t *testing.T) {
 			add(2, kwait(1, 3, 2), 6, 7, behind(0)).
 			add(0, kid(Release, 0, 1, 1), 8, 9, ok).
 			add(3, kid(Acquire, 1, 4, 1), 10, 11, granted(0)), false},
+		// Key 0 holds 2 slots for its share of 4, key 1 one for its 1:
+		// key 0 comes first, though it holds more.
+		{"a parent's freed slot goes to the key that holds fewer for its share", h{}.
+			add(0, fs(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, fs(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(1, fs(Acquire, 1, 5, 1), 4, 5, granted(0)).
+			add(2, fswait(0, 3, 1), 6, 7, behind(0)).
+			add(3, fswait(1, 4, 1), 8, 9, behind(0)).
+			add(1, fs(Release, 1, 5, 1), 10, 11, ok).
+			add(3, fswait(1, 4, 1), 12, 13, behind(0)).
+			add(2, fswait(0, 3, 1), 14, 15, granted(0)), true},
+		{"a parent's freed slot goes to the key that holds more for its share", h{}.
+			add(0, fs(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, fs(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(1, fs(Acquire, 1, 5, 1), 4, 5, granted(0)).
+			add(2, fswait(0, 3, 1), 6, 7, behind(0)).
+			add(3, fswait(1, 4, 1), 8, 9, behind(0)).
+			add(1, fs(Release, 1, 5, 1), 10, 11, ok).
+			add(3, fswait(1, 4, 1), 12, 13, granted(0)), false},
+		{"a key's newcomer refused with room while a key that holds fewer for its share waits", h{}.
+			add(0, fs(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, fs(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, fswait(0, 3, 2), 4, 5, behind(0)).
+			add(1, fs(Acquire, 1, 4, 1), 6, 7, refused), true},
+		{"a key's newcomer granted with room while a key that holds fewer for its share waits", h{}.
+			add(0, fs(Acquire, 0, 1, 2), 0, 1, granted(0)).
+			add(1, fs(Acquire, 1, 2, 1), 2, 3, granted(0)).
+			add(2, fswait(0, 3, 2), 4, 5, behind(0)).
+			add(1, fs(Acquire, 1, 4, 1), 6, 7, granted(0)), false},
+		{"a key's newcomer granted with room while a key that holds more for its share waits", h{}.
+			add(0, fs(Acquire, 0, 1, 3), 0, 1, granted(0)).
+			add(2, fswait(0, 3, 2), 2, 3, behind(0)).
+			add(1, fs(Acquire, 1, 4, 1), 4, 5, granted(0)), true},
 		{"a handed slot taken within its claim", h{}.
 			add(0, lock(Acquire, 1), 0, 1, granted(10)).
 			add(1, wait(2), 2, 3, behind(0)).

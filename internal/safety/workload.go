@@ -78,6 +78,14 @@ type group struct {
 	shares []int // each key's share of the parent; nil: 1 each
 }
 
+// share returns key's share of g's parent.
+func (g group) share(key int) int {
+	if g.shares == nil {
+		return 1
+	}
+	return g.shares[key]
+}
+
 // groups are the workload's: a lock (max 1), a pool of 3 with weights, a
 // parent of 3 shared by three keys of max 2, a parent of 2 shared by two
 // that keeps a slot its key frees for the key's next caller (WithKeep),
@@ -242,7 +250,7 @@ func (c *client) run(ctx context.Context) {
 		case h == nil:
 			g := c.rng.IntN(len(c.gs))
 			k := c.rng.IntN(len(c.gs[g].keys))
-			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: weight(o, g, k), Max: c.gs[g].max[k], Parent: c.gs[g].total, Keep: c.gs[g].keep, Fence: c.rng.IntN(2) == 0}
+			op := Op{Kind: Acquire, Group: g, Key: k, Owner: owner, Weight: weight(o, g, k), Max: c.gs[g].max[k], Parent: c.gs[g].total, Share: c.gs[g].share(k), Keep: c.gs[g].keep, Fence: c.rng.IntN(2) == 0}
 			// Half the acquires wait in their key's line.
 			op.Line = c.rng.IntN(2) == 0
 			res := c.acquire(ctx, ids[o], op)
@@ -300,12 +308,9 @@ func (c *client) demand(op Op) store.Demand {
 	}
 	if op.Weight > 1 || op.Parent > 0 {
 		g := c.gs[op.Group]
-		d.Shared = &store.Shared{Weight: op.Weight, Parent: store.Parent{Pool: g.parent, Max: g.total, Share: 1}}
+		d.Shared = &store.Shared{Weight: op.Weight, Parent: store.Parent{Pool: g.parent, Max: g.total, Share: g.share(op.Key)}}
 		if g.keep {
 			d.Shared.Parent.Keep = c.cfg.Bounds.Keep
-		}
-		if g.shares != nil {
-			d.Shared.Parent.Share = g.shares[op.Key]
 		}
 	}
 	return d
