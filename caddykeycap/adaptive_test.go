@@ -227,8 +227,12 @@ http://%s {
 		}
 		sum += tu.Total
 	}
-	if mean := float64(sum) / moves; mean < n-2 || mean > n+2 {
-		t.Fatalf("the total's mean over %d moves: %.1f, want within 2 of %d; the totals logged: %+v", moves, mean, n, ts.seen)
+	// Up to 3 above: on a machine the other tests starve (a CI run: 1 to
+	// 10 requests completed in an interval where 40 fit, and no 503), the
+	// demand probes raise the total an interval at a time until the 503s
+	// come back; one such run's mean was 10.6.
+	if mean := float64(sum) / moves; mean < n-2 || mean > n+3 {
+		t.Fatalf("the total's mean over %d moves: %.1f, want from %d to %d; the totals logged: %+v", moves, mean, n-2, n+3, ts.seen)
 	}
 	t.Logf("the totals logged: %+v", ts.seen)
 	if count(codes, http.StatusServiceUnavailable) == 0 || count(codes, http.StatusOK) == 0 {
