@@ -137,9 +137,12 @@ func soak(t *testing.T, setup func(t *testing.T) lane) {
 	// outcome, each of which may take effect at any later moment, make
 	// its search branch) is no violation, and is still swept for
 	// overadmission; but a configuration most of whose histories go
-	// unchecked proves little.
-	if tot.unfinished*10 > tot.runs {
-		t.Errorf("%d of %d histories not finished within the checker's minute: more than a tenth", tot.unfinished, tot.runs)
+	// unchecked proves little. One is let through whatever the runs: the
+	// short subset of scripts/test has two runs per configuration, and on
+	// a busy machine one long history of a failover (600 operations and
+	// more where the soak's lanes make 180) can outlast the minute.
+	if tot.unfinished > max(1, tot.runs/10) {
+		t.Errorf("%d of %d histories not finished within the checker's minute: more than a tenth, and more than one", tot.unfinished, tot.runs)
 	}
 }
 
