@@ -189,6 +189,12 @@ func (s *Store) acquireShared(d demand, t *store.Ticket) store.Grant {
 	if k.max != d.Max || k.share != max(d.Shared.Parent.Share, 1) || k.min != d.Shared.Parent.Min {
 		k.max, k.share, k.min = d.Max, max(d.Shared.Parent.Share, 1), d.Shared.Parent.Min
 		pa.place(k, now)
+	} else if t != nil && k.at < 0 && len(k.line) > 0 {
+		// A waiter's call places its key first: a head that its own max
+		// held back and that expired since (its caller gone) changes
+		// nothing by itself, and the ticket behind it would wait for one
+		// of the key's leases to end. This call's fill serves it.
+		pa.place(k, now)
 	}
 	granted := pa.fill(now)
 	ok, ahead := pa.take(d, k, t, now)

@@ -652,6 +652,13 @@ local function take()
   local now = clock()
   expire(now)
   forgetIdle(now)
+  -- A waiter's call places its key first when the key is out of the queue:
+  -- a head that its own max held back and that expired since (its caller
+  -- gone) changes nothing by itself, and the ticket behind it would wait
+  -- for one of the key's leases to end. This call's fill serves it.
+  if tttl > 0 and hasLine(kid) and redis.call('HEXISTS', acct, 'q' .. kid) == 0 then
+    place(kid, now)
+  end
   local counted = fill(pmax, now)
   local line = lines .. kid
   if redis.call('ZSCORE', leases, kid .. owner) then

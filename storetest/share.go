@@ -30,6 +30,7 @@ func testShares(t *testing.T, ns Namespace) {
 			{"ExpiryInAnyKeyHandsOn", testKidExpiry},
 			{"LapsedLeasesFreeTheirKey", testKidLapsed},
 			{"ReleaseHandsOnALapsedLease", testKidLapsedAtRelease},
+			{"DeadHeavyHeadUncoversTheNext", testDeadHeavyHead},
 			{"NotifiesOnTheParent", testParentNotifies},
 			{"KidLeaseRenewal", testKidRenew},
 			{"FreedSlotIsKeptForAFairerKey", testKeep},
@@ -628,4 +629,35 @@ func testKidLapsedAtRelease(t *testing.T, open func() keycap.Store) {
 	if !acquireDemand(t, s, waiter, nil).Granted {
 		t.Fatal("the slot handed to the waiter is not its")
 	}
+}
+
+// testDeadHeavyHead: a key whose head ticket does not fit the key's own
+// max is out of the parent's queue, waiting for its own slots; when that
+// waiter dies (its ticket expires), the lighter waiter behind it, which
+// fits, is served at its next call, not when one of the key's leases ends
+// — for a lease its holder renews, never. (internal/safety's checker
+// found every store leaving such a key out until a call changed its
+// leases.)
+func testDeadHeavyHead(t *testing.T, open func() keycap.Store) {
+	s := open()
+	f := newFamily("dead-head", 4)
+	take(t, s, f.demand("a", store.NewOwner(), 2, 1), nil, true) // a holds 1 of its 2
+	heavy := f.demand("a", store.NewOwner(), 2, 2)
+	short := store.Ticket{TTL: 300 * time.Millisecond, Claim: time.Minute}
+	queued := time.Now()
+	take(t, s, heavy, &short, false) // 1 + 2 > 2: waits for a's own slots
+	light := f.demand("a", store.NewOwner(), 2, 1)
+	if ahead := take(t, s, light, &longTicket, false); ahead != 1 {
+		t.Fatalf("the light waiter has %d ahead, want 1 (the heavy one)", ahead)
+	}
+	// heavy's caller is gone: from its ticket's expiry on, light's next
+	// call finds the parent's free slots.
+	waitFor(t, 5*time.Second, func() bool { return acquireDemand(t, s, light, &longTicket).Granted })
+	// (A store's clock may count in whole milliseconds: a tenth of the
+	// TTL allows for it.)
+	if el := time.Since(queued); el < short.TTL*9/10 {
+		t.Fatalf("the light waiter was served %s after the heavy one queued, before its ticket's TTL of %s", el, short.TTL)
+	}
+	take(t, s, f.demand("a", store.NewOwner(), 2, 1), nil, false) // a's own max
+	take(t, s, f.demand("b", store.NewOwner(), 2, 2), nil, true)  // the parent's last 2
 }

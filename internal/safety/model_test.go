@@ -96,6 +96,23 @@ func TestModel(t *testing.T) {
 		h     h
 		legal bool
 	}{
+		// A waiter's call places its key again, passing the head tickets
+		// that have expired (a head its key's max held back, whose caller
+		// is gone), so the ticket behind it has none ahead: as any call
+		// of the parent may pass a dead head (fillParent), never a live
+		// one.
+		{"a waiter's call passes its key's dead head", h{}.
+			add(0, kid(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kid(Acquire, 1, 4, 2), 2, 3, granted(0)).
+			add(1, kwait(0, 2, 2), 4, 5, behind(0)).
+			add(2, kwait(0, 3, 1), 6, 7, behind(1)).
+			add(2, kwait(0, 3, 1), 60, 61, behind(0)), true},
+		{"a waiter's call passes its key's live head", h{}.
+			add(0, kid(Acquire, 0, 1, 1), 0, 1, granted(0)).
+			add(0, kid(Acquire, 1, 4, 2), 2, 3, granted(0)).
+			add(1, kwait(0, 2, 2), 4, 5, behind(0)).
+			add(2, kwait(0, 3, 1), 6, 7, behind(1)).
+			add(2, kwait(0, 3, 1), 20, 21, behind(0)), false},
 		{"one holder, then another after release", h{}.
 			add(0, lock(Acquire, 1), 0, 1, granted(10)).
 			add(1, lock(Acquire, 2), 2, 3, refused).
