@@ -470,9 +470,16 @@ end
 
 -- place puts key c in the queue, moves it, or takes it out, after
 -- anything that changed its head, what it holds or its virtual time: O(log
--- n) in the keys waiting.
-place = function(c, now)
-  local o, _, n, seq = head(c, now)
+-- n) in the keys waiting. known, when set, is the head's {o, n, seq}: a
+-- line this call made of one live ticket, which need not be read back.
+place = function(c, now, known)
+  local o, n, seq
+  if known then
+    o, n, seq = known[1], known[2], known[3]
+  else
+    local _
+    o, _, n, seq = head(c, now)
+  end
   if not o then
     unqueue(c)
     return
@@ -608,19 +615,28 @@ end
 -- fill hands the parent's free slots to the waiting keys, best first, and
 -- publishes the owners served. The best key's head waits until its weight
 -- fits: nobody overtakes it. It returns the parent's slots in use, where it
--- counted them (reconciled).
-local function fill(pmax, now)
+-- counted them (reconciled). first, when not nil, is what best returned
+-- last in this call, the queue unchanged since (false: nobody waits).
+local function fill(pmax, now, first)
   if not pmax or not anyLine() then
     return nil
   end
   local total = redis.call('ZCARD', leases)
   reconcile(total, now)
+  if total == 0 then
+    first = nil -- reconcile may have placed every waiting key again
+  end
   if total >= pmax then
     return total -- no slot free: the common case, decided at once
   end
   local served = {}
   while total < pmax do
-    local b = best(now)
+    local b
+    if first ~= nil then
+      b, first = first or nil, nil
+    else
+      b = best(now)
+    end
     if not b or total + b.n > pmax then
       break
     end
@@ -700,13 +716,18 @@ local function take()
   if tttl == 0 then
     return {0, 0}
   end
+  local fresh -- the ticket of a line made now: its head, {owner, weight, arrival}
   if not lined or not redis.call('ZSCORE', line, owner) then -- a fresh ticket
     if not lined then
       setVt(kid, math.max(vt(kid), vnow()))
       redis.call('ZREM', idle, kid)
     end
-    redis.call('ZADD', line, redis.call('HINCRBY', meta, 'seq', 1), owner)
+    local seq = redis.call('HINCRBY', meta, 'seq', 1)
+    redis.call('ZADD', line, seq, owner)
     LX[kid] = true
+    if not lined then
+      fresh = {owner, w, seq}
+    end
   end
   C[kid] = max .. ':' .. share .. ':' .. min
   redis.call('HSET', line .. ':t', owner, (now + tttl) .. ':' .. claim .. ':' .. w, 'c', C[kid])
@@ -725,7 +746,9 @@ local function take()
     rank0 = redis.call('ZRANK', line, owner)
   end
   if rank0 == 0 then
-    place(kid, now)
+    -- (A line made now holds this live ticket only, and its owner holds
+    -- no lease of the key: the ZSCORE above.)
+    place(kid, now, fresh)
   end
   -- The queue that holds the key's member lives as long as its line: a
   -- key with no minimum is never below it.
@@ -752,10 +775,14 @@ local function give()
     unline(kid, owner)
   end
   local isKept = 0
+  local first -- what best found, for fill: nil when not asked
   if lined then
     -- Kept for the key when it would be served first if it asked again.
     if freed > 0 and A[7] ~= '1' and keepMs > 0 and not hasLine(kid) then
       local b = best(now)
+      -- Keeping leaves the queue as it is (the key has no line), so the
+      -- fill starts from b.
+      first = b or false
       if b and b.c ~= kid then
         local kb, kx = rank(held(kid), share, min)
         if before(kb, kx, math.max(vt(kid), vnow()), b.below, b.x, b.v) then
@@ -771,10 +798,11 @@ local function give()
     end
     if hasLine(kid) then
       place(kid, now)
+      first = nil
     end
     -- (A member left by a line that expired goes when it reaches the
     -- head: best passes it.)
-    fill(tonumber(redis.call('HGET', meta, 'max')), now)
+    fill(tonumber(redis.call('HGET', meta, 'max')), now, first)
   end
   return {freed, isKept}
 end
