@@ -181,13 +181,8 @@ func checkLane(t *testing.T, l lane, seeds []int64, tot *totals) {
 			case errors.As(err, &v):
 				t.Fatal(err)
 			case err != nil:
-				// Kept, to be checked again with more time (recheck).
 				unfinished = 1
-				path := filepath.Join(os.TempDir(), fmt.Sprintf("keycap-safety-unfinished-%d.json", seed))
-				if err := safety.Save(path, seed, cfg.Bounds, h); err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("%v (%d of unknown outcome); saved: go run ./internal/safety/recheck %s", err, unknown, path)
+				t.Logf("%v (%d of unknown outcome); %s", err, unknown, saveUnfinished(t, "unfinished", seed, cfg.Bounds, h))
 			}
 			// What holders certainly held beyond a cap at once: none,
 			// unless the store lost leases (a crash the history records).
@@ -205,6 +200,17 @@ func checkLane(t *testing.T, l lane, seeds []int64, tot *totals) {
 			return
 		}
 	}
+}
+
+// saveUnfinished saves seed's history h, which the checker did not
+// finish in its minute, to be checked again with more time (recheck), as
+// keycap-safety-NAME-SEED.json in the temporary directory, and says how.
+func saveUnfinished(t *testing.T, name string, seed int64, b safety.Bounds, h []porcupine.Operation) string {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("keycap-safety-%s-%d.json", name, seed))
+	if err := safety.Save(path, seed, b, h); err != nil {
+		t.Fatal(err)
+	}
+	return "saved: go run ./internal/safety/recheck " + path
 }
 
 func TestHistoriesMemstore(t *testing.T) {
@@ -585,7 +591,7 @@ func TestFailoverWithoutAcksIsBounded(t *testing.T) {
 			t.Logf("seed %d: the strict model fails, as a lost grant lets it: %v", seed, err)
 		case err != nil:
 			unfinished++
-			t.Logf("seed %d: %v", seed, err)
+			t.Logf("%v; %s", err, saveUnfinished(t, "unacked-unfinished", seed, cfg.Bounds, h))
 		}
 		o := safety.Overadmitted(h, cfg.Bounds)
 		if o.Longest > cfg.Bounds.TTL {
