@@ -3,8 +3,10 @@ package safety
 import (
 	"fmt"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -34,6 +36,43 @@ func (v *Violation) Error() string {
 	return b.String()
 }
 
+// MemoryLimit is the memory, in GiB, of the whole process past which
+// Check gives up on the history it checks, as unfinished: the checker's
+// search of a long history with many calls of unknown outcome grows by
+// gigabytes a minute (5 GiB in 26–63 s on the unacked failover's).
+var MemoryLimit = 8.0
+
+// watch sets abort once the process's memory passes MemoryLimit, looking
+// at once and then every 100 ms until stop closes, and returns how to read
+// the memory it saw last, in GiB.
+func watch(abort *atomic.Bool, stop <-chan struct{}) func() float64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	var last atomic.Uint64
+	limit := MemoryLimit
+	look := func() {
+		metrics.Read(sample)
+		used := sample[0].Value.Uint64() - sample[1].Value.Uint64()
+		last.Store(used)
+		if float64(used)/(1<<30) > limit {
+			abort.Store(true)
+		}
+	}
+	look()
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for !abort.Load() {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				look()
+			}
+		}
+	}()
+	return func() float64 { return float64(last.Load()) / (1 << 30) }
+}
+
 // Check checks history against the model. On a violation it returns a
 // *Violation, with the visualisation written in dir when dir is set.
 // Removing operations from a failing history to shrink it could make a
@@ -47,11 +86,29 @@ func Check(seed int64, history []porcupine.Operation, b Bounds, dir string, time
 		history = withServes(history)
 	}
 	model := Model(b)
-	res, info := porcupine.CheckOperationsVerbose(model, history, timeout)
-	switch res {
-	case porcupine.Ok:
+	// Past MemoryLimit every step fails, which ends the search at once;
+	// the history is then unfinished, not a violation.
+	var abort atomic.Bool
+	stop := make(chan struct{})
+	defer close(stop)
+	start := time.Now()
+	used := watch(&abort, stop)
+	step := model.Step
+	guarded := model
+	guarded.Step = func(st, in, out any) (bool, any) {
+		if abort.Load() {
+			return false, nil
+		}
+		return step(st, in, out)
+	}
+	res, info := porcupine.CheckOperationsVerbose(guarded, history, timeout)
+	switch {
+	case abort.Load():
+		return fmt.Errorf("seed %d: the checker gave up at %.1f GiB of memory (MemoryLimit) after %s on %d operations",
+			seed, used(), time.Since(start).Round(time.Millisecond), len(history))
+	case res == porcupine.Ok:
 		return nil
-	case porcupine.Unknown:
+	case res == porcupine.Unknown:
 		return fmt.Errorf("seed %d: the checker timed out after %s on %d operations", seed, timeout, len(history))
 	}
 	v := &Violation{Seed: seed}

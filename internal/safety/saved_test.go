@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,24 @@ func TestSaveLoad(t *testing.T) {
 				t.Fatalf("the loaded illegal history: %v, want a violation", err)
 			}
 		})
+	}
+}
+
+// TestCheckGivesUpOnMemory: past MemoryLimit, Check gives up on a history
+// as unfinished, never as a violation.
+func TestCheckGivesUpOnMemory(t *testing.T) {
+	legal := h{}.
+		add(0, lock(Acquire, 1), 0, 1, granted(10)).
+		add(0, lock(Release, 1), 2, 3, Result{})
+	limit := MemoryLimit
+	t.Cleanup(func() { MemoryLimit = limit })
+	MemoryLimit = 1e-9 // below any process's
+	var v *Violation
+	if err := Check(1, legal, bounds, "", 10*time.Second); err == nil || errors.As(err, &v) || !strings.Contains(err.Error(), "gave up") {
+		t.Fatalf("Check past the memory limit: %v, want it given up", err)
+	}
+	MemoryLimit = limit
+	if err := Check(1, legal, bounds, "", 10*time.Second); err != nil {
+		t.Fatalf("Check within the memory limit: %v", err)
 	}
 }

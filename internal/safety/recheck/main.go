@@ -3,11 +3,14 @@
 // unfinished-SEED.json in the temporary directory), with as long as it is
 // given for each:
 //
-//	go run ./internal/safety/recheck -time 10m /tmp/keycap-safety-unfinished-*.json
+//	go run ./internal/safety/recheck -time 10m -mem 8 /tmp/keycap-safety-unfinished-*.json
 //
 // It prints each history's outcome — linearizable, a violation (with the
 // operations around it and porcupine's visualisation, written beside the
-// file), or not finished again — and exits 1 when any is a violation.
+// file), or not finished again — and exits 1 when any is a violation. The
+// checker's search of a long history with many calls of unknown outcome
+// grows its memory by gigabytes a minute: past -mem GiB it gives up on
+// that history (safety.MemoryLimit), which then counts as not finished.
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/keycap/keycap/internal/safety"
@@ -23,9 +27,10 @@ import (
 
 func main() {
 	budget := flag.Duration("time", 10*time.Minute, "how long the checker may take on each history")
+	flag.Float64Var(&safety.MemoryLimit, "mem", safety.MemoryLimit, "GiB of memory the checker may use")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: recheck [-time 10m] FILE...")
+		fmt.Fprintln(os.Stderr, "usage: recheck [-time 10m] [-mem 8] FILE...")
 		os.Exit(2)
 	}
 	failed := false
@@ -42,12 +47,13 @@ func main() {
 		switch {
 		case errors.As(err, &v):
 			failed = true
-			fmt.Printf("%s: seed %d, %d operations: VIOLATION after %s\n%v\n", path, s.Seed, len(s.History), took, err)
+			fmt.Printf("%s: %d operations: VIOLATION after %s\n%v\n", path, len(s.History), took, err)
 		case err != nil:
-			fmt.Printf("%s: seed %d, %d operations: not finished in %s\n", path, s.Seed, len(s.History), *budget)
+			fmt.Printf("%s: not finished: %v\n", path, err)
 		default:
 			fmt.Printf("%s: seed %d, %d operations: linearizable, checked in %s\n", path, s.Seed, len(s.History), took)
 		}
+		runtime.GC() // the last search's memory, before the next
 	}
 	if failed {
 		os.Exit(1)
