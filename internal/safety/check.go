@@ -36,7 +36,7 @@ func (v *Violation) Error() string {
 	return b.String()
 }
 
-// MemoryLimit is the memory, in GiB, of the whole process past which
+// MemoryLimit is the memory, in GiB, of the whole process's heap past which
 // Check gives up on the history it checks, as unfinished: the checker's
 // search of a long history with many calls of unknown outcome grows by
 // gigabytes a minute (5 GiB in 26–63 s on the unacked failover's).
@@ -46,12 +46,12 @@ var MemoryLimit = 8.0
 // at once and then every 100 ms until stop closes, and returns how to read
 // the memory it saw last, in GiB.
 func watch(abort *atomic.Bool, stop <-chan struct{}) func() float64 {
-	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	var last atomic.Uint64
 	limit := MemoryLimit
 	look := func() {
 		metrics.Read(sample)
-		used := sample[0].Value.Uint64() - sample[1].Value.Uint64()
+		used := sample[0].Value.Uint64() // live, and dead not yet swept
 		last.Store(used)
 		if float64(used)/(1<<30) > limit {
 			abort.Store(true)
